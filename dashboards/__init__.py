@@ -1,0 +1,1 @@
+"""The Dash web dashboard: layout, thin callbacks and pure plotly figure functions."""

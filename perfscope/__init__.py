@@ -1,0 +1,36 @@
+"""perfscope: where did my GPU training step time go, and what should I change?
+
+Public API (everything else is internal):
+
+* :func:`open_run` - open a recorded or imported run for reading (``Run.table(...)``).
+* :func:`profile` - record in-process: ``with perfscope.profile("runs/exp1") as prof: ...``.
+* :func:`annotate` - an NVTX range that lands in the ``markers`` table.
+* :class:`PerfscopeError` - base of every error perfscope raises.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from perfscope.errors import PerfscopeError
+from perfscope.store import open_run
+
+__version__ = "0.1.0"
+
+# Imported on first use so that `import perfscope` stays cheap (no torch, no CUPTI).
+_LAZY = {
+    "profile": "perfscope.profiler",
+    "annotate": "perfscope.profiler",
+    "Profiler": "perfscope.profiler",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'perfscope' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)
+
+
+__all__ = ["open_run", "profile", "annotate", "Profiler", "PerfscopeError", "__version__"]

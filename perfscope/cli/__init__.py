@@ -1,0 +1,1 @@
+"""The ``perfscope`` command line: one module per subcommand, errors mapped in ``main``."""

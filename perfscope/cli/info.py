@@ -1,0 +1,58 @@
+"""``perfscope info RUN [--json]``: a run's metadata and row counts."""
+from __future__ import annotations
+
+import json
+
+import click
+
+from perfscope.store import open_run
+
+
+def run_info(path: str) -> dict:
+    """Return the info document: schema_version, status, run_id, source, command,
+    world_size, ranks (list of rank dicts) and tables ({name: rows})."""
+    run = open_run(path)
+    meta = run.meta
+    return {
+        "path": str(run.path),
+        "schema_version": meta.get("schema_version"),
+        "perfscope_version": meta.get("perfscope_version"),
+        "run_id": meta.get("run_id"),
+        "status": run.status,
+        "source": meta.get("source"),
+        "command": meta.get("command"),
+        "world_size": meta.get("world_size"),
+        "ranks": [
+            {k: r.get(k) for k in ("rank", "host", "pid", "local_rank", "status", "gpu", "clock_offset_ns", "dropped_events", "warnings") if k in r}
+            for r in meta.get("ranks", [])
+        ] or [{"rank": r} for r in run.ranks],
+        "collectors": meta.get("collectors", []),
+        "tables": run.row_counts(),
+    }
+
+
+@click.command(name="info")
+@click.argument("run", type=click.Path())
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+def info(run: str, as_json: bool) -> None:
+    """Show RUN's metadata, ranks and row counts per table."""
+    doc = run_info(run)
+    if as_json:
+        click.echo(json.dumps(doc, indent=2, default=str))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    console.print(f"[bold]{doc['path']}[/bold]  status={doc['status']}  schema={doc['schema_version']}  source={doc['source']}")
+    if doc["command"]:
+        console.print("command: " + " ".join(map(str, doc["command"])), markup=False)
+    ranks = Table("rank", "host", "status", "gpu", title="ranks")
+    for r in doc["ranks"]:
+        gpu = r.get("gpu") or {}
+        ranks.add_row(str(r.get("rank")), str(r.get("host", "")), str(r.get("status", "")), str(gpu.get("name", "") if isinstance(gpu, dict) else gpu))
+    console.print(ranks)
+    tables = Table("table", "rows", title="tables")
+    for name, n in doc["tables"].items():
+        tables.add_row(name, f"{n:,}")
+    console.print(tables)
