@@ -34,13 +34,15 @@ def mapped_packages() -> tuple[list[str], dict[str, str]]:
 
 
 def native_extensions() -> list:
-    """Native libraries built at install time (see collectors/nccl/build.py)."""
-    build = ROOT / "collectors" / "nccl" / "build.py"
-    if not build.exists():
-        return []
-    namespace: dict = {"__file__": str(build)}
-    exec(compile(build.read_text(), str(build), "exec"), namespace)
-    return namespace["extensions"]()
+    """Native libraries built at install time (see collectors/{nccl,cupti}/build.py)."""
+    exts: list = []
+    for build in (ROOT / "collectors" / "nccl" / "build.py", ROOT / "collectors" / "cupti" / "build.py"):
+        if not build.exists():
+            continue
+        namespace: dict = {"__file__": str(build), "__name__": "perfscope_build"}
+        exec(compile(build.read_text(), str(build), "exec"), namespace)
+        exts += namespace["extensions"]()
+    return exts
 
 
 packages, package_dir = mapped_packages()

@@ -61,7 +61,9 @@ class Analysis:
             ``arrival_skew_ns``, ``wait_ns`` (exposed wait for the last rank).
         stragglers: one row per rank: ``rank``, ``last_count`` (times it arrived last),
             ``last_share``, ``mean_lateness_ns``, ``cost_to_others_ns``.
-        recommendations: sorted by saving_ns, largest first.
+        recommendations: sorted by saving_ns, largest first (a fix another one needs, e.g.
+            removing host syncs before CUDA-graph capture, is moved just before it; see
+            analyzers/rules.py PREREQUISITES); environment findings last.
         warnings: things the user should know about the analysis itself (no steps found...).
         meta: the run's metadata (run.json merged with rank files).
     """
@@ -74,3 +76,8 @@ class Analysis:
     recommendations: list[Recommendation]
     warnings: list[str] = field(default_factory=list)
     meta: dict[str, Any] = field(default_factory=dict)
+    # Added by the analyzers (defaults keep older constructors working):
+    # launch: one row per rank of launch statistics (analyzers/kernels.py LAUNCH_COLUMNS).
+    launch: pd.DataFrame = field(default_factory=pd.DataFrame)
+    # copies: one row per (rank, copy_kind, pageable, large): count, bytes, total_ns.
+    copies: pd.DataFrame = field(default_factory=pd.DataFrame)

@@ -21,6 +21,7 @@ _LAZY = {
     "profile": "perfscope.profiler",
     "annotate": "perfscope.profiler",
     "Profiler": "perfscope.profiler",
+    "Schedule": "perfscope.profiler",
 }
 
 
@@ -30,7 +31,9 @@ def __getattr__(name: str) -> Any:
         raise AttributeError(f"module 'perfscope' has no attribute {name!r}")
     import importlib
 
-    return getattr(importlib.import_module(module), name)
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip __getattr__ (annotate sits on hot paths)
+    return value
 
 
-__all__ = ["open_run", "profile", "annotate", "Profiler", "PerfscopeError", "__version__"]
+__all__ = ["open_run", "profile", "annotate", "Profiler", "Schedule", "PerfscopeError", "__version__"]

@@ -4,3 +4,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m pip install -q torch==2.13.0
 python3 -m pip install -q -e ".[test]"
+# Headless Chromium for the dashboard's browser test (tests marked `browser`); CI runs as root.
+if [ ! -x /usr/bin/chromium ]; then
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } \
+        || echo "warning: could not install chromium (not root?); the browser tests will skip" >&2
+fi

@@ -166,7 +166,7 @@ COLLECTIVES = _register(Table("collectives", "One row per NCCL collective or poi
     *_time_cols("operation's GPU execution"),
     _c("enqueue_ns", I64, "ns", "when the host enqueued the operation (NCCL API call), if known"),
     _c("comm_id", STR, "", "communicator id (hash) or process-group name", True),
-    _c("seq", I64, "", "operation sequence number within the communicator"),
+    _c("seq", I64, "", "operation sequence number within the communicator; NCCL counts each function separately (AllReduce 0, 1, ...; AllGather 0, 1, ...), so (comm_id, func, seq) names one operation across ranks; for Send/Recv (no NCCL number) the nccl_plugin source gives the index among this rank's operations with the same comm_id, func and peer"),
     _c("func", STR, "", "AllReduce, AllGather, ReduceScatter, Broadcast, Reduce, AllToAll, Send, Recv, Barrier, ...", True),
     _c("count", I64, "", "element count"),
     _c("datatype", STR, "", "element type, e.g. ncclFloat32 or Float", True),
@@ -188,6 +188,40 @@ METRICS = _register(Table("metrics", "One row per sampled device metric (long fo
     _c("device", I32, "", "GPU index"),
     _c("metric", STR, "", "sm_util_pct, mem_util_pct, mem_used_bytes, power_w, sm_clock_mhz, mem_clock_mhz, temp_c, throttle_reasons, pcie_tx_bytes_s, pcie_rx_bytes_s", True),
     _c("value", F64, "", "the sampled value in the unit the metric name gives"),
+)))
+
+NCCL_CHANNELS = _register(Table("nccl_channels", "One row per channel of an NCCL operation's kernel (NCCL profiler plugin, KernelCh events).", (
+    *_time_cols("channel's work on the GPU (GPU timer put on the host clock; the host callback times when gpu_timed is false)"),
+    _c("comm_id", STR, "", "communicator id (commHash), joins collectives.comm_id", True),
+    _c("seq", I64, "", "the operation's seq in the collectives table (join on comm_id, func, seq)"),
+    _c("func", STR, "", "the operation's function, e.g. AllReduce", True),
+    _c("channel", I32, "", "NCCL channel id"),
+    _c("gpu_start_raw_ns", I64, "ns", "raw GPU %globaltimer at the channel's start (GPU clock)"),
+    _c("gpu_stop_raw_ns", I64, "ns", "raw GPU %globaltimer at the channel's stop (GPU clock)"),
+    _c("host_start_ns", I64, "ns", "when the proxy thread reported the start (Unix epoch; lags the GPU)"),
+    _c("host_stop_ns", I64, "ns", "when the proxy thread reported the stop (Unix epoch; lags the GPU)"),
+    _c("gpu_timed", BOOL, "", "true when start_ns/dur_ns come from the GPU timer"),
+)))
+
+PROXY = _register(Table("proxy", "One row per NCCL proxy operation or network step (NCCL profiler plugin levels 2 and 3).", (
+    *_time_cols("proxy operation or step (host)"),
+    _c("comm_id", STR, "", "communicator id (commHash), joins collectives.comm_id", True),
+    _c("seq", I64, "", "the operation's seq in the collectives table"),
+    _c("func", STR, "", "the operation's function", True),
+    _c("kind", STR, "", "op (a ProxyOp: one channel's sends or receives to one peer) or step (one network transfer)", True),
+    _c("channel", I32, "", "NCCL channel id"),
+    _c("peer", I32, "", "remote rank of the send or receive"),
+    _c("is_send", BOOL, "", "true for sends, false for receives"),
+    _c("step", I32, "", "step number within the operation (kind=step)"),
+    _c("nsteps", I32, "", "steps in the operation"),
+    _c("chunk_bytes", I64, "bytes", "bytes per step the operation was planned with"),
+    _c("trans_bytes", I64, "bytes", "bytes the step moved (kind=step)"),
+    _c("send_gpu_wait_ns", I64, "ns", "step waited for the GPU to fill the send buffer"),
+    _c("send_peer_wait_ns", I64, "ns", "step waited for the receiver's clear-to-send"),
+    _c("send_wait_ns", I64, "ns", "step's network send in flight"),
+    _c("recv_wait_ns", I64, "ns", "step's network receive in flight (includes waiting for the sender)"),
+    _c("recv_flush_wait_ns", I64, "ns", "step's flush of received data to the GPU"),
+    _c("recv_gpu_wait_ns", I64, "ns", "step waited for the GPU to consume the received data"),
 )))
 
 TABLE_NAMES: tuple[str, ...] = tuple(TABLES)

@@ -1,0 +1,169 @@
+"""Collectives: bandwidth per operation, cross-rank matching and arrival skew.
+
+Bandwidth follows nccl-tests (``doc/PERFORMANCE.md``): ``algbw = S / t`` and
+``busbw = algbw * factor`` with factor ``2(n-1)/n`` for AllReduce, ``(n-1)/n`` for
+AllGather, ReduceScatter and AllToAll, and 1 for Broadcast, Reduce, Send and Recv.  ``S`` is
+the size nccl-tests uses: the ``bytes`` column (per-rank message) for most functions, and
+``bytes * n`` for AllGather and ReduceScatter, whose ``bytes`` is the per-rank share.  ``t`` is
+the transfer time: the GPU duration minus the time spent waiting for the last rank (so an
+early rank's wait does not look like a slow link).  1 byte/ns = 1 GB/s.
+
+Matching: one operation across ranks is identified by ``(comm_id, func, seq)`` (NCCL numbers
+each function separately); where ``seq`` is missing, by its order among the rank's
+operations with the same ``comm_id`` and ``func``.
+A rank *arrives* when its operation starts on the GPU (the NCCL kernel cannot start before
+the stream has finished the rank's earlier work); ``enqueue_ns`` is used where the GPU start
+is unknown.  The last rank to arrive makes the others wait: each earlier rank's
+``wait_ns = min(last_arrival - arrival, dur_ns)`` is the exposed wait that the breakdown puts
+into ``sync``.
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from perfscope.analyzers.classify import codes_and_names, name_values, normalize_func
+
+BUS_FACTORS = {
+    "AllReduce": lambda n: 2.0 * (n - 1) / n,
+    "AllGather": lambda n: (n - 1) / n,
+    "ReduceScatter": lambda n: (n - 1) / n,
+    "AllToAll": lambda n: (n - 1) / n,
+    "Broadcast": lambda n: 1.0,
+    "Reduce": lambda n: 1.0,
+    "Send": lambda n: 1.0,
+    "Recv": lambda n: 1.0,
+    "SendRecv": lambda n: 1.0,
+}
+SIZE_TIMES_N = frozenset({"AllGather", "ReduceScatter"})
+
+COLUMNS: tuple[str, ...] = (
+    "rank", "comm_id", "seq", "func", "bytes", "nranks", "start_ns", "dur_ns", "transfer_ns",
+    "algbw_gbps", "busbw_gbps", "arrival_ns", "arrival_skew_ns", "wait_ns", "matched_ranks", "last_rank", "match_key",
+)
+
+
+def bus_factor(func: pd.Series, nranks: pd.Series) -> np.ndarray:
+    """Return the nccl-tests bus-bandwidth factor per row (NaN for unknown functions)."""
+    n = pd.to_numeric(nranks, errors="coerce").to_numpy(float)
+    f = np.full(len(n), np.nan)
+    fn = np.asarray(func, dtype=object)
+    for name, fac in BUS_FACTORS.items():
+        m = fn == name
+        if m.any():
+            f[m] = fac(n[m]) if name in ("AllReduce", "AllGather", "ReduceScatter", "AllToAll") else 1.0
+    return f
+
+
+def analyze_collectives(coll: pd.DataFrame, world_size: int | None = None) -> pd.DataFrame:
+    """Per-operation bandwidth and cross-rank arrival skew.
+
+    Args:
+        coll: the collectives table (``rank``, ``start_ns``, ``dur_ns``, ``enqueue_ns``,
+            ``comm_id``, ``seq``, ``func``, ``bytes``, ``nranks``); missing columns are nulls.
+        world_size: used as the communicator size where ``nranks`` is missing.
+
+    Returns:
+        one row per operation on a rank with the columns of :data:`COLUMNS`: sizes in bytes,
+        times in ns, bandwidths in GB/s (NaN where unknown); ``arrival_skew_ns`` is the
+        arrival minus the earliest arrival of the same operation, ``wait_ns`` the exposed
+        wait for the last rank, ``matched_ranks`` how many ranks' records were matched and
+        ``last_rank`` which rank arrived last.
+    """
+    if coll is None or len(coll) == 0:
+        return pd.DataFrame({c: pd.Series(dtype="float64" if c.endswith("gbps") else "int64") for c in COLUMNS})
+    df = coll.copy().reset_index(drop=True)
+    for c in ("enqueue_ns", "comm_id", "seq", "func", "bytes", "nranks"):
+        if c not in df.columns:
+            df[c] = pd.NA
+    df["func"] = normalize_func(df["func"]).to_numpy()
+    cid_codes, cid = codes_and_names(df["comm_id"])
+    cid = np.where(cid == "", "default", cid)
+    df["comm_id"] = pd.Categorical.from_codes(cid_codes, categories=pd.unique(cid)) if len(set(cid)) == len(cid) else cid[cid_codes]
+    start = pd.to_numeric(df["start_ns"], errors="coerce")
+    enq = pd.to_numeric(df["enqueue_ns"], errors="coerce")
+    df["arrival_ns"] = start.fillna(enq)
+    df = df[df["arrival_ns"].notna()].reset_index(drop=True)
+    df["start_ns"] = pd.to_numeric(df["start_ns"], errors="coerce").fillna(df["arrival_ns"]).astype("int64")
+    df["dur_ns"] = pd.to_numeric(df["dur_ns"], errors="coerce").fillna(0).astype("int64")
+    df["arrival_ns"] = df["arrival_ns"].astype("int64")
+
+    # Match key: (comm_id, func, seq) where every row of the communicator has seq, else order.
+    seq = pd.to_numeric(df["seq"], errors="coerce")
+    has_seq = seq.notna().groupby(df["comm_id"]).transform("all")
+    df = df.sort_values(["rank", "start_ns"], kind="stable")
+    order = df.groupby(["rank", "comm_id", "func"], sort=False, observed=True).cumcount()
+    seq = seq.loc[df.index]
+    has_seq = has_seq.loc[df.index]
+    # match_key: an integer id of the operation across ranks.
+    use_seq = has_seq.to_numpy(bool)
+    keys = pd.DataFrame({
+        "c": df["comm_id"].to_numpy(object),
+        # NCCL numbers each function separately, so func is part of the key either way.
+        "f": df["func"].to_numpy(object),
+        "n": np.where(use_seq, seq.fillna(-1).to_numpy(dtype="float64"), order.to_numpy(dtype="float64")).astype(np.int64),
+    }, index=df.index)
+    df["match_key"] = keys.groupby(["c", "f", "n"], sort=False).ngroup().astype("int64")
+    grp = df.groupby("match_key", sort=False)["arrival_ns"]
+    first = grp.transform("min")
+    last = grp.transform("max")
+    df["matched_ranks"] = df.groupby("match_key", sort=False)["rank"].transform("nunique").astype("int64")
+    multi = df["matched_ranks"] > 1
+    df["arrival_skew_ns"] = np.where(multi, df["arrival_ns"] - first, 0).astype("int64")
+    df["wait_ns"] = np.where(multi, np.minimum(last - df["arrival_ns"], df["dur_ns"]), 0).astype("int64")
+    idx_last = df.groupby("match_key", sort=False)["arrival_ns"].idxmax()
+    last_rank = pd.Series(df.loc[idx_last, "rank"].to_numpy(), index=idx_last.index)
+    df["last_rank"] = df["match_key"].map(last_rank).where(multi).astype("Int64")
+
+    n = pd.to_numeric(df["nranks"], errors="coerce")
+    if world_size:
+        n = n.fillna(world_size)
+    n = n.fillna(df["matched_ranks"]).astype(float)
+    df["nranks"] = n.astype("Int64")
+    size = pd.to_numeric(df["bytes"], errors="coerce").astype(float)
+    size = np.where(df["func"].isin(list(SIZE_TIMES_N)), size * n, size)
+    df["transfer_ns"] = np.maximum(df["dur_ns"] - df["wait_ns"], 0).astype("int64")
+    t = df["transfer_ns"].to_numpy(float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        algbw = np.where(t > 0, size / t, np.nan)
+    df["algbw_gbps"] = algbw
+    df["busbw_gbps"] = algbw * bus_factor(df["func"], n)
+    df["bytes"] = pd.to_numeric(df["bytes"], errors="coerce").astype("Int64")
+    df["seq"] = pd.to_numeric(df["seq"], errors="coerce").astype("Int64")
+    return df[list(COLUMNS)].sort_values(["rank", "start_ns"], kind="stable").reset_index(drop=True)
+
+
+_KERNEL_FUNC = re.compile(r"(?i)(AllReduce|AllGather|ReduceScatter|Broadcast|Reduce|AllToAll|SendRecv|Send|Recv)")
+
+
+def collectives_from_kernels(kernels: pd.DataFrame, kinds: np.ndarray) -> pd.DataFrame:
+    """Build a minimal collectives table from communication kernels, for runs recorded
+    without the NCCL collector (imported Kineto traces): ``func`` from the kernel name
+    (``ncclKernel_AllReduce_...`` -> AllReduce; ``Generic`` kernels -> ``unknown``), no bytes,
+    ``comm_id`` ``kernels``, matched across ranks by order.
+
+    Returns:
+        a DataFrame with the collectives table's ``rank``, ``start_ns``, ``dur_ns``,
+        ``comm_id``, ``seq`` (null), ``func``, ``bytes`` (null), ``nranks`` (null) and
+        ``kernel_name``.
+    """
+    k = kernels[np.asarray(kinds) == "communication"]
+    if len(k) == 0:
+        return pd.DataFrame(columns=["rank", "start_ns", "dur_ns", "comm_id", "seq", "func", "bytes", "nranks", "kernel_name"])
+    codes, u = codes_and_names(k["name"])
+    ufunc = pd.Series(u, dtype=object).str.extract(_KERNEL_FUNC, expand=False).fillna("unknown").to_numpy(object)
+    n = len(k)
+    null = lambda: pd.arrays.IntegerArray(np.zeros(n, np.int64), np.ones(n, bool))  # noqa: E731
+    return pd.DataFrame({
+        "rank": k["rank"].to_numpy(), "start_ns": k["start_ns"].to_numpy(), "dur_ns": k["dur_ns"].to_numpy(),
+        "comm_id": pd.Categorical.from_codes(np.zeros(n, np.int64), categories=["kernels"]), "seq": null(),
+        "func": pd.Categorical.from_codes(codes, categories=pd.Index(ufunc).astype(object)) if len(set(ufunc)) == len(ufunc)
+        else pd.Categorical(ufunc[codes]),
+        "bytes": null(), "nranks": null(),
+        "kernel_name": pd.Categorical.from_codes(codes, categories=u) if len(set(u)) == len(u) else pd.Categorical(u[codes]),
+    })
+
+
+__all__ = ["BUS_FACTORS", "COLUMNS", "bus_factor", "analyze_collectives", "collectives_from_kernels"]

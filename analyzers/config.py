@@ -1,0 +1,35 @@
+"""Options of an analysis (:class:`AnalysisConfig`)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from perfscope.analyzers.kernels import LaunchThresholds
+
+
+@dataclass(frozen=True)
+class AnalysisConfig:
+    """What ``analyze_run`` should do.
+
+    Attributes:
+        step_pattern: regex over marker (NVTX / annotation) names that marks steps; None uses
+            the recorded step marks (ProfilerStep#N, perfscope.step(), optimizer steps).
+        ranks: analyse only these ranks (None: all).
+        extend_steps_to_gpu: a step ends when the GPU work it launched ends.
+        hta_compat: the GPU summary emulates HTA 0.5.0 (last ProfilerStep excluded, us rounding).
+        top_kernels: kernel names kept per rank in ``Analysis.kernels``.
+        launch: launch-bound thresholds (HTA's defaults).
+        min_skew_ns: collectives whose arrivals spread by no more than this have no last rank.
+        rule_thresholds: overrides of rule thresholds by name (see :mod:`.rules`).
+    """
+
+    step_pattern: str | None = None
+    ranks: tuple[int, ...] | None = None
+    extend_steps_to_gpu: bool = True
+    hta_compat: bool = True
+    top_kernels: int = 50
+    launch: LaunchThresholds = field(default_factory=LaunchThresholds)
+    min_skew_ns: int = 0
+    rule_thresholds: dict[str, float] = field(default_factory=dict)
+
+
+__all__ = ["AnalysisConfig"]

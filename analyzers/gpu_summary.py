@@ -1,0 +1,120 @@
+"""Whole-span GPU summary per rank, defined exactly as Holistic Trace Analysis (HTA 0.5.0)
+defines its temporal breakdown (``get_temporal_breakdown``), so HTA users can check us:
+
+* GPU events are kernels, memcpy and memset (everything HTA sees with a stream);
+* ``span_ns`` = end of the last event - start of the first;
+* ``idle_ns`` = span - length of the union of all events;
+* ``compute_ns`` = length of the union of HTA's COMPUTATION kernels (:func:`hta_kernel_type`;
+  communication or copies overlapped by compute therefore count as compute);
+* ``non_compute_ns`` = span - compute - idle.
+
+HTA-compatible details (``hta_compat=True``, the default):
+
+* when a rank has two or more ``ProfilerStep#N`` marks, only GPU work launched by an API call
+  that started before the *last* ProfilerStep started is kept (HTA's
+  ``include_last_profiler_step=False``), and uncorrelated GPU work is dropped as HTA does;
+* timestamps are rounded as HTA rounds nanosecond-resolution traces: start up to the next
+  microsecond, end down (``round_down_time_stamps``).
+
+With ``hta_compat=False`` every GPU event counts at full nanosecond resolution.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from perfscope.analyzers.classify import name_matches, name_values
+from perfscope.analyzers.intervals import I64, as_i64, as_key, lookup, merge, split_by_rank
+
+COLUMNS: tuple[str, ...] = (
+    "rank", "span_ns", "idle_ns", "compute_ns", "non_compute_ns",
+    "idle_share", "compute_share", "non_compute_share", "events", "last_step_excluded",
+)
+
+
+def _last_profiler_step_start(steps: pd.DataFrame) -> int | None:
+    if steps is None or len(steps) == 0:
+        return None
+    is_ps = (name_values(steps["source"]) == "profiler_step") | name_matches(steps["name"], r"^ProfilerStep")
+    ps = steps[is_ps]
+    if ps["start_ns"].nunique() < 2:
+        return None
+    return int(ps["start_ns"].max())
+
+
+def hta_round(start_ns: np.ndarray, end_ns: np.ndarray, base_ns: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Round like HTA's ``round_down_time_stamps``: HTA parses the trace's ``ts``/``dur``
+    (microseconds, relative to ``baseTimeNanoseconds`` = ``base_ns`` when the trace has one)
+    as float64, so an epoch timestamp keeps only ~0.25 us of its fraction; it then takes
+    ``ceil(ts)`` and ``floor(ts + dur)``.  Reproduce that float arithmetic; return int64 ns
+    on the run's clock."""
+    rel = start_ns - base_ns
+    s_us = (rel // 1000).astype("float64") + (rel % 1000) / 1000.0
+    e_us = s_us + (end_ns - start_ns) / 1000.0
+    return np.ceil(s_us).astype(I64) * 1000 + base_ns, np.floor(e_us).astype(I64) * 1000 + base_ns
+
+
+def gpu_summary(
+    gpu: pd.DataFrame,
+    api: pd.DataFrame | None = None,
+    steps: pd.DataFrame | None = None,
+    hta_compat: bool = True,
+    time_base_ns: dict[int, int] | None = None,
+) -> pd.DataFrame:
+    """Compute the HTA temporal breakdown per rank.
+
+    Args:
+        gpu: all GPU events: ``rank``, ``start_ns``, ``end_ns``, ``correlation`` and either
+            ``hta_compute`` (bool) or ``hta_type`` (``COMPUTATION``/``COMMUNICATION``/...).
+        api: api table (``rank``, ``correlation``, ``start_ns``) for the last-step filter.
+        steps: steps table (``rank``, ``source``, ``name``, ``start_ns``).
+        hta_compat: emulate HTA's last-step filter and microsecond rounding.
+        time_base_ns: per rank, the trace's ``baseTimeNanoseconds`` (imported Kineto traces
+            with relative timestamps; rank metadata ``time_base_ns``), for exact rounding.
+
+    Returns:
+        one row per rank with the columns of :data:`COLUMNS` (ns; shares of ``span_ns``).
+    """
+    rows = []
+    api_by = split_by_rank(api) if api is not None and len(api) else {}
+    steps_by = split_by_rank(steps) if steps is not None and len(steps) else {}
+    for rank, g in split_by_rank(gpu).items():
+        excluded = False
+        if hta_compat and api is not None and steps is not None:
+            last = _last_profiler_step_start(steps_by.get(rank))
+            if last is not None:
+                a = api_by.get(rank)
+                keep = np.zeros(len(g), dtype=bool)
+                if a is not None and len(a):
+                    found, launch = lookup(as_key(a["correlation"]), as_i64(a["start_ns"]), as_key(g["correlation"]))
+                    keep = found & (launch < last)
+                g = g[keep]
+                excluded = True
+        s, e = as_i64(g["start_ns"]), as_i64(g["end_ns"])
+        if hta_compat:
+            s, e = hta_round(s, e, int((time_base_ns or {}).get(rank, 0) or 0))
+        if s.size == 0:
+            continue
+        ms, me = merge(s, e)
+        if ms.size == 0:
+            continue
+        span = int(me.max() - ms.min())
+        busy = int((me - ms).sum())
+        comp = g["hta_compute"].to_numpy(bool) if "hta_compute" in g.columns else g["hta_type"].to_numpy(object) == "COMPUTATION"
+        cs, ce = merge(s[comp], e[comp])
+        compute = int((ce - cs).sum())
+        idle = span - busy
+        rows.append({
+            "rank": int(rank), "span_ns": span, "idle_ns": idle, "compute_ns": compute,
+            "non_compute_ns": span - compute - idle, "events": int(s.size), "last_step_excluded": excluded,
+        })
+    out = pd.DataFrame(rows, columns=["rank", "span_ns", "idle_ns", "compute_ns", "non_compute_ns", "events", "last_step_excluded"])
+    for c in ("rank", "span_ns", "idle_ns", "compute_ns", "non_compute_ns", "events"):
+        out[c] = out[c].astype(I64)
+    span = out["span_ns"].where(out["span_ns"] > 0)
+    for c in ("idle", "compute", "non_compute"):
+        out[f"{c}_share"] = (out[f"{c}_ns"] / span).fillna(0.0)
+    return out[list(COLUMNS)]
+
+
+__all__ = ["COLUMNS", "gpu_summary", "hta_round"]

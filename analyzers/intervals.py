@@ -1,0 +1,122 @@
+"""Vectorised interval arithmetic on int64 nanosecond arrays (no per-event Python loops).
+
+Intervals are half-open ``[start, end)``; empty or negative ones are ignored.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+I64 = np.int64
+
+
+def as_i64(values) -> np.ndarray:
+    """Return ``values`` as a contiguous int64 array (nullable columns must be filled first)."""
+    return np.ascontiguousarray(np.asarray(values, dtype=I64))
+
+
+def merge(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Merge overlapping or touching intervals.
+
+    Returns:
+        (starts, ends) of the disjoint union, sorted, int64 ns.
+    """
+    s, e = as_i64(starts), as_i64(ends)
+    keep = e > s
+    s, e = s[keep], e[keep]
+    if s.size == 0:
+        return s, e
+    order = np.argsort(s, kind="stable")
+    s, e = s[order], e[order]
+    run_end = np.maximum.accumulate(e)
+    # A new group starts where an interval begins after everything before it has ended.
+    new = np.empty(s.size, dtype=bool)
+    new[0] = True
+    new[1:] = s[1:] > run_end[:-1]
+    idx = np.flatnonzero(new)
+    return s[idx], np.maximum.reduceat(e, idx)
+
+
+def union_length(starts: np.ndarray, ends: np.ndarray) -> int:
+    """Return the total length (ns) of the union of the intervals."""
+    ms, me = merge(starts, ends)
+    return int((me - ms).sum())
+
+
+def coverage(bounds: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Count how many intervals cover each elementary segment ``[bounds[i], bounds[i+1])``.
+
+    ``bounds`` must be sorted and unique and contain every start and end that falls inside
+    ``[bounds[0], bounds[-1]]``; intervals reaching outside are clipped.
+
+    Returns:
+        an int64 array of length ``len(bounds) - 1``.
+    """
+    n = bounds.size - 1
+    if n <= 0:
+        return np.zeros(max(n, 0), dtype=I64)
+    s, e = as_i64(starts), as_i64(ends)
+    keep = e > s
+    s, e = s[keep], e[keep]
+    i0 = np.searchsorted(bounds, s, side="left")
+    i1 = np.searchsorted(bounds, e, side="left")
+    i0 = np.clip(i0, 0, n)
+    i1 = np.clip(i1, 0, n)
+    diff = np.bincount(i0, minlength=n + 1)[: n + 1].astype(I64)
+    diff -= np.bincount(i1, minlength=n + 1)[: n + 1].astype(I64)
+    return np.cumsum(diff[:n])
+
+
+def clip(starts: np.ndarray, ends: np.ndarray, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+    """Clip intervals to ``[lo, hi)`` and drop those left empty."""
+    s = np.maximum(as_i64(starts), lo)
+    e = np.minimum(as_i64(ends), hi)
+    keep = e > s
+    return s[keep], e[keep]
+
+
+__all__ = ["as_i64", "merge", "union_length", "coverage", "clip"]
+
+
+def split_by_rank(df):  # noqa: ANN001, ANN201 - pandas types, kept import-light
+    """Split a DataFrame with a ``rank`` column into ``{rank: frame}`` without copying when
+    it is already ordered by rank (the store's reader returns it so); otherwise one stable
+    sort first.
+
+    Returns:
+        dict rank -> DataFrame slice (positional, ``iloc``).
+    """
+    if df is None or len(df) == 0:
+        return {}
+    r = df["rank"].to_numpy()
+    if r.size > 1 and (r[1:] < r[:-1]).any():
+        order = np.argsort(r, kind="stable")
+        df = df.take(order)
+        r = r[order]
+    cuts = np.flatnonzero(r[1:] != r[:-1]) + 1
+    starts = np.concatenate(([0], cuts))
+    ends = np.concatenate((cuts, [r.size]))
+    return {int(r[s]): df.iloc[s:e] for s, e in zip(starts, ends)}
+
+
+def as_key(values) -> np.ndarray:  # noqa: ANN001
+    """A join key as float64 (nulls -> NaN, which never matches); exact for ids < 2**53."""
+    import pandas as pd
+
+    return pd.Series(values).to_numpy(dtype="float64", na_value=np.nan) if not isinstance(values, np.ndarray) else values.astype("float64", copy=False)
+
+
+def lookup(keys: np.ndarray, values: np.ndarray, query: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Look ``query`` up in ``keys`` (first occurrence wins) by sorting once and binary search.
+
+    Returns:
+        (found: bool array, value: the matching ``values`` entry, arbitrary where not found).
+    """
+    k = np.asarray(keys, dtype="float64")
+    v = np.asarray(values)
+    q = np.asarray(query, dtype="float64")
+    if k.size == 0:
+        return np.zeros(q.size, dtype=bool), np.zeros(q.size, dtype=v.dtype)
+    order = np.argsort(k, kind="stable")
+    ks, vs = k[order], v[order]
+    pos = np.clip(np.searchsorted(ks, q, side="left"), 0, ks.size - 1)
+    return ks[pos] == q, vs[pos]

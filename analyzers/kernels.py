@@ -1,0 +1,176 @@
+"""Kernel tables and launch statistics.
+
+Launch statistics follow HTA's ``get_cuda_kernel_launch_stats`` definitions:
+``launch_latency = kernel start - (launch call start + launch call duration)`` clipped at 0;
+a *short* kernel runs for less time than its launch call took on the CPU
+(``cpu_dur <= runtime_cutoff`` and ``gpu_dur < cpu_dur``); runtime outliers take longer than
+50 us on the CPU and launch-delay outliers wait longer than 100 us.  The usual CPU cost of a
+launch is 5-20 us (HTA docs).
+
+GPU idle gaps (between merged GPU activity, across streams) are split like HTA's idle-time
+breakdown: ``host_wait`` when the call that launched the work ending the gap started after
+the gap began (the CPU had not enqueued it yet), ``kernel_wait`` when shorter than
+``consecutive_kernel_delay`` (30 us), ``other`` for the rest.
+
+A rank is *launch-bound* when it runs many kernels (``min_kernels``), most are short
+(``short_share >= 0.5``) and at least ``idle_share`` (20 %) of its GPU span is *launch idle*:
+host_wait and kernel_wait gaps (the two HTA attributes to launching; HTA recommends CUDA
+graphs for kernel_wait) shorter than ``launch_gap_ns`` (HTA's 100 us launch-delay cut-off):
+the GPU finishes each kernel before the CPU can launch the next.  Longer gaps are other host
+work (data loading, Python, sleeps), not launch overhead.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from perfscope.analyzers.classify import codes_and_names
+from perfscope.analyzers.intervals import I64, as_i64, as_key, lookup, split_by_rank
+
+KERNEL_COLUMNS: tuple[str, ...] = ("rank", "name", "kind", "count", "total_ns", "mean_ns", "median_ns", "max_ns", "share")
+LAUNCH_COLUMNS: tuple[str, ...] = (
+    "rank", "kernels", "correlated", "short_kernels", "short_share", "median_kernel_ns",
+    "median_launch_cpu_ns", "median_launch_latency_ns", "p95_launch_latency_ns",
+    "runtime_outliers", "launch_delay_outliers", "span_ns", "idle_ns", "host_wait_idle_ns",
+    "kernel_wait_idle_ns", "other_idle_ns", "launch_idle_ns", "launch_bound",
+)
+
+
+@dataclass(frozen=True)
+class LaunchThresholds:
+    """HTA's defaults (``cuda_kernel_analysis.py``, ``idle_time_breakdown``), in ns."""
+
+    runtime_cutoff_ns: int = 50_000
+    launch_delay_cutoff_ns: int = 100_000
+    consecutive_kernel_delay_ns: int = 30_000
+    min_kernels: int = 100
+    short_share: float = 0.5
+    idle_share: float = 0.2
+    launch_gap_ns: int = 100_000
+
+
+def top_kernels(kernels: pd.DataFrame, kinds: np.ndarray, top_n: int | None = 50) -> pd.DataFrame:
+    """Aggregate kernels per (rank, name).
+
+    Args:
+        kernels: ``rank``, ``name``, ``dur_ns``.
+        kinds: kernel kind per row (from :func:`~perfscope.analyzers.classify.kernel_kind`).
+        top_n: keep the top ``top_n`` names per rank by total time (None: all).
+
+    Returns:
+        columns of :data:`KERNEL_COLUMNS`; ns, ``share`` of the rank's total kernel time;
+        sorted by rank then total time descending.
+    """
+    if len(kernels) == 0:
+        return pd.DataFrame({c: pd.Series(dtype="int64") for c in KERNEL_COLUMNS})
+    codes, names = codes_and_names(kernels["name"])
+    df = pd.DataFrame({"rank": kernels["rank"].to_numpy(dtype=np.int64), "code": codes, "dur_ns": as_i64(kernels["dur_ns"].fillna(0))})
+    g = df.groupby(["rank", "code"], sort=False)["dur_ns"]
+    out = g.agg(["size", "sum", "mean", "median", "max"]).reset_index()
+    out.columns = ["rank", "code", "count", "total_ns", "mean_ns", "median_ns", "max_ns"]
+    # A name has one kind except when correlation made one launch of it communication.
+    kind_of = pd.DataFrame({"rank": df["rank"], "code": codes, "kind": np.asarray(kinds, dtype=object)}).drop_duplicates(["rank", "code"])
+    out = out.merge(kind_of, on=["rank", "code"], how="left")
+    out["name"] = names[out["code"].to_numpy()]
+    tot = out.groupby("rank")["total_ns"].transform("sum")
+    out["share"] = (out["total_ns"] / tot.where(tot > 0)).fillna(0.0)
+    out = out.sort_values(["rank", "total_ns"], ascending=[True, False], kind="stable")
+    if top_n is not None:
+        out = out.groupby("rank", sort=False).head(top_n)
+    for c in ("count", "total_ns", "max_ns"):
+        out[c] = out[c].astype("int64")
+    out["mean_ns"] = out["mean_ns"].round().astype("int64")
+    out["median_ns"] = out["median_ns"].round().astype("int64")
+    return out[list(KERNEL_COLUMNS)].reset_index(drop=True)
+
+
+def launch_stats(
+    kernels: pd.DataFrame,
+    api: pd.DataFrame,
+    gpu: pd.DataFrame,
+    thresholds: LaunchThresholds | None = None,
+) -> pd.DataFrame:
+    """Launch statistics and launch-bound detection per rank.
+
+    Args:
+        kernels: ``rank``, ``start_ns``, ``dur_ns``, ``correlation``.
+        api: ``rank``, ``start_ns``, ``dur_ns``, ``correlation``.
+        gpu: all GPU activity (``rank``, ``start_ns``, ``end_ns``, ``correlation``) for idle gaps.
+        thresholds: see :class:`LaunchThresholds`.
+
+    Returns:
+        one row per rank with the columns of :data:`LAUNCH_COLUMNS` (ns; ``launch_bound`` bool).
+    """
+    th = thresholds or LaunchThresholds()
+    rows = []
+    api_by = split_by_rank(api) if len(api) else {}
+    gpu_by = split_by_rank(gpu) if len(gpu) else {}
+    for rank, k in split_by_rank(kernels).items():
+        kd = as_i64(k["dur_ns"].fillna(0))
+        row: dict = {"rank": rank, "kernels": int(len(k)), "median_kernel_ns": int(np.median(kd)) if len(kd) else 0}
+        a = api_by.get(rank)
+        found = np.zeros(len(k), dtype=bool)
+        if a is not None and len(a):
+            a_key = as_key(a["correlation"])
+            found, a_pos = lookup(a_key, np.arange(len(a)), as_key(k["correlation"]))
+        if found.any():
+            a_start = as_i64(a["start_ns"])[a_pos[found]]
+            cpu = as_i64(a["dur_ns"].fillna(0))[a_pos[found]]
+            gdur = kd[found]
+            lat = np.maximum(as_i64(k["start_ns"])[found] - (a_start + cpu), 0)
+            short = (cpu <= th.runtime_cutoff_ns) & (gdur < cpu)
+            row.update(
+                correlated=int(found.sum()), short_kernels=int(short.sum()), short_share=float(short.mean()),
+                median_launch_cpu_ns=int(np.median(cpu)), median_launch_latency_ns=int(np.median(lat)),
+                p95_launch_latency_ns=int(np.percentile(lat, 95)),
+                runtime_outliers=int((cpu > th.runtime_cutoff_ns).sum()),
+                launch_delay_outliers=int((lat > th.launch_delay_cutoff_ns).sum()),
+            )
+        else:
+            row.update(correlated=0, short_kernels=0, short_share=0.0, median_launch_cpu_ns=0,
+                       median_launch_latency_ns=0, p95_launch_latency_ns=0, runtime_outliers=0, launch_delay_outliers=0)
+        row.update(_idle_gaps(gpu_by.get(rank), a, th))
+        row["launch_bound"] = bool(
+            row["kernels"] >= th.min_kernels
+            and row["short_share"] >= th.short_share
+            and row["span_ns"] > 0
+            and row["launch_idle_ns"] >= th.idle_share * row["span_ns"]
+        )
+        rows.append(row)
+    return pd.DataFrame(rows, columns=list(LAUNCH_COLUMNS))
+
+
+def _idle_gaps(g: pd.DataFrame, api: pd.DataFrame | None, th: LaunchThresholds) -> dict:
+    """Split the GPU idle gaps of one rank into host_wait / kernel_wait / other."""
+    zero = {"span_ns": 0, "idle_ns": 0, "host_wait_idle_ns": 0, "kernel_wait_idle_ns": 0, "other_idle_ns": 0, "launch_idle_ns": 0}
+    if g is None or len(g) == 0:
+        return zero
+    s, e = as_i64(g["start_ns"]), as_i64(g["end_ns"])
+    order = np.argsort(s, kind="stable")
+    s, e = s[order], e[order]
+    corr = as_key(g["correlation"])[order]
+    run_end = np.maximum.accumulate(e)
+    # Gap before event i (i >= 1) when it starts after everything before it has ended.
+    gap = np.zeros(s.size, dtype=I64)
+    gap[1:] = s[1:] - run_end[:-1]
+    is_gap = gap > 0
+    span = int(run_end[-1] - s[0])
+    idle = int(gap[is_gap].sum())
+    host_wait = np.zeros(s.size, dtype=bool)
+    if api is not None and len(api):
+        found, ls = lookup(as_key(api["correlation"]), as_i64(api["start_ns"]), corr)
+        prev_end = np.zeros(s.size, dtype=I64)
+        prev_end[1:] = run_end[:-1]
+        host_wait = is_gap & found & (ls > prev_end)
+    kernel_wait = is_gap & ~host_wait & (gap < th.consecutive_kernel_delay_ns)
+    other = is_gap & ~host_wait & ~kernel_wait
+    return {
+        "span_ns": span, "idle_ns": idle, "host_wait_idle_ns": int(gap[host_wait].sum()),
+        "kernel_wait_idle_ns": int(gap[kernel_wait].sum()), "other_idle_ns": int(gap[other].sum()),
+        "launch_idle_ns": int(gap[(host_wait | kernel_wait) & (gap < th.launch_gap_ns)].sum()),
+    }
+
+
+__all__ = ["KERNEL_COLUMNS", "LAUNCH_COLUMNS", "LaunchThresholds", "top_kernels", "launch_stats"]

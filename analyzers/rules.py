@@ -1,0 +1,497 @@
+"""The advice engine: small rules that fire only on evidence from this run.
+
+Each rule has an ``id``, the ``bucket`` it targets, a trigger (thresholds below, overridable
+through ``AnalysisConfig.rule_thresholds``), the evidence (numbers from this run), an
+expected saving per median step (ns and share) and the exact change to try.  Thresholds come
+from the anchors where they exist (shared/research/anchors-analyzers.md): tb_plugin's 5 %
+data-loading and 10 % communication shares, HTA's launch cut-offs, XProf's 15 % "all
+others" tier, traceml's 85 % compute-bound share.
+
+Savings are deliberately simple, stated in each rule's docstring, and never larger than the
+time the rule's bucket holds: they rank the advice, they do not promise a speed-up.
+Recommendations are sorted by saving (largest first); environment findings have no saving
+estimate and come after the others that do.
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from perfscope.analyzers.result import Recommendation
+
+DEFAULT_THRESHOLDS: dict[str, float] = {
+    "data_loading_share": 0.05,   # tb_plugin: DataLoader / step > 5 %
+    "pcie_share": 0.05,
+    "pageable_share": 0.01,       # pageable copy time per step / step
+    "sync_share": 0.05,
+    "network_share": 0.10,        # tb_plugin: communication / step > 10 %
+    "host_share": 0.15,           # XProf: "All others" >= 15 % is high
+    "compute_share": 0.85,        # traceml COMPUTE_BOUND
+    "straggler_last_share": 0.5,
+    "straggler_cost_share": 0.02,
+    "busbw_fraction": 0.25,       # measured busbw below this fraction of the link's expectation
+    "busbw_min_bytes": 1 << 20,   # only judge bandwidth on messages of at least 1 MiB
+}
+
+# Rough bus bandwidth a healthy link reaches on large messages, GB/s (nccl-tests busbw).
+EXPECTED_BUSBW_GBPS = {"intra_node": 100.0, "inter_node": 10.0}
+
+FP32_GEMM_RE = re.compile(r"(?i)sgemm|gemm.*f32f32|gemm.*fp32|gemv.*float")
+LOW_PRECISION_RE = re.compile(r"(?i)tf32|bf16|f16|fp16|h16|hgemm|s16816|s1688|h884|int8|i8i8|s8s8|e4m3|e5m2|fp8|f8f8|tensorop")
+
+
+@dataclass
+class RuleContext:
+    """What rules read: the analysis tables plus the run's metadata.
+
+    Attributes:
+        steps: the breakdown (``Analysis.steps``).
+        gpu_summary, kernels, launch, collectives, stragglers, copies: the other tables.
+        meta: run metadata (``environment``, ``ranks``...).
+        world_size: ranks in the job.
+        thresholds: overrides of :data:`DEFAULT_THRESHOLDS`.
+    """
+
+    steps: pd.DataFrame
+    gpu_summary: pd.DataFrame
+    kernels: pd.DataFrame
+    launch: pd.DataFrame
+    collectives: pd.DataFrame
+    stragglers: pd.DataFrame
+    copies: pd.DataFrame
+    meta: dict[str, Any] = field(default_factory=dict)
+    world_size: int = 1
+    thresholds: dict[str, float] = field(default_factory=dict)
+
+    def th(self, name: str) -> float:
+        """The threshold ``name`` (override or default)."""
+        return float(self.thresholds.get(name, DEFAULT_THRESHOLDS[name]))
+
+    @property
+    def median_step_ns(self) -> int:
+        """Median wall time of a step over all ranks and steps (0 without steps)."""
+        return int(np.median(self.steps["wall_ns"])) if len(self.steps) else 0
+
+    def median(self, col: str, ranks: list[int] | None = None) -> int:
+        """Median of a steps column over all (or the given) ranks' steps, ns."""
+        s = self.steps
+        if ranks is not None:
+            s = s[s["rank"].isin(ranks)]
+        return int(np.median(s[col])) if len(s) and col in s.columns else 0
+
+    def share(self, ns: float) -> float:
+        """``ns`` as a share of the median step."""
+        m = self.median_step_ns
+        return float(ns) / m if m > 0 else 0.0
+
+    def steps_per_rank(self) -> pd.Series:
+        """Number of steps per rank."""
+        return self.steps.groupby("rank").size() if len(self.steps) else pd.Series(dtype="int64")
+
+
+RuleFn = Callable[[RuleContext], "Recommendation | None"]
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A registered rule: ``id``, target ``bucket`` and the function that evaluates it."""
+
+    id: str
+    bucket: str
+    fn: RuleFn
+
+
+RULES: list[Rule] = []
+
+
+def rule(id: str, bucket: str) -> Callable[[RuleFn], RuleFn]:
+    """Register a rule function under ``id``/``bucket``."""
+
+    def deco(fn: RuleFn) -> RuleFn:
+        RULES.append(Rule(id, bucket, fn))
+        return fn
+
+    return deco
+
+
+def _ms(ns: float) -> str:
+    return f"{ns / 1e6:.2f} ms"
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f}%"
+
+
+def _rec(ctx: RuleContext, id: str, bucket: str, title: str, message: str, evidence: dict[str, Any],
+         saving_ns: float, change: str, ranks: tuple[int, ...] = ()) -> Recommendation:
+    saving = max(int(round(saving_ns)), 0)
+    return Recommendation(id=id, bucket=bucket, title=title, message=message, evidence=evidence,
+                          saving_ns=saving, saving_share=round(ctx.share(saving), 4), change=change, ranks=ranks)
+
+
+# ----------------------------------------------------------------------------- data loading
+@rule("dataloader.workers", "data_loading")
+def dataloader_rule(ctx: RuleContext) -> Recommendation | None:
+    """Fires when GPU-idle time waiting for the next batch is >= 5 % of the median step.
+    Saving: all of it (more workers and prefetching hide loading behind compute)."""
+    dl = ctx.median("data_loading_ns")
+    share = ctx.share(dl)
+    if share < ctx.th("data_loading_share"):
+        return None
+    return _rec(
+        ctx, "dataloader.workers", "data_loading", "The GPU waits for input data",
+        f"This run has high time cost on input data loading: {_pct(share)} of the step time ({_ms(dl)} per step) "
+        "the GPU is idle while the host waits for the next batch. Load batches in parallel worker processes, "
+        "keep the workers alive between epochs and prefetch more batches, so loading overlaps compute.",
+        {"data_loading_ns_median": dl, "data_loading_share": round(share, 4), "median_step_ns": ctx.median_step_ns},
+        dl,
+        "DataLoader(dataset, batch_size=..., num_workers=8, pin_memory=True, prefetch_factor=4, persistent_workers=True)",
+    )
+
+
+# ----------------------------------------------------------------------------- copies
+def _pageable(ctx: RuleContext) -> tuple[int, int, int]:
+    """(pageable copy ns per step, pageable copies per step, total copy ns per step), medians over ranks."""
+    c = ctx.copies
+    if c is None or len(c) == 0 or len(ctx.steps) == 0:
+        return 0, 0, 0
+    n_steps = ctx.steps_per_rank()
+    large = c["large"].astype(bool) if "large" in c.columns else True
+    pc = c[c["pageable"].astype(bool) & large & c["copy_kind"].isin(["H2D", "D2H"])]
+    per_rank_p = pc.groupby("rank")["total_ns"].sum().reindex(n_steps.index).fillna(0) / n_steps
+    per_rank_n = pc.groupby("rank")["count"].sum().reindex(n_steps.index).fillna(0) / n_steps
+    per_rank_t = c[c["copy_kind"] != "D2D"].groupby("rank")["total_ns"].sum().reindex(n_steps.index).fillna(0) / n_steps
+    return int(per_rank_p.median()), int(round(per_rank_n.median())), int(per_rank_t.median())
+
+
+@rule("copies.pageable", "pcie")
+def pageable_rule(ctx: RuleContext) -> Recommendation | None:
+    """Fires when host<->device copies (>= 64 KiB) from pageable memory take >= 1 % of the median step.
+    Saving: the pageable copy time per step, bounded by the exposed PCIe plus host time
+    (pinned, non-blocking copies run asynchronously and overlap compute)."""
+    p_ns, p_n, _ = _pageable(ctx)
+    if ctx.share(p_ns) < ctx.th("pageable_share"):
+        return None
+    bound = ctx.median("pcie_ns") + ctx.median("host_ns")
+    return _rec(
+        ctx, "copies.pageable", "pcie", "Copies use pageable host memory",
+        f"{p_n} host-device copies per step use PAGEABLE memory ({_ms(p_ns)} per step), which makes asynchronous "
+        "copies block the host and run synchronously through a staging buffer. Use PINNED memory and "
+        "non-blocking copies so they overlap compute.",
+        {"pageable_copy_ns_per_step": p_ns, "pageable_copies_per_step": p_n, "pcie_ns_median": ctx.median("pcie_ns")},
+        min(p_ns, bound),
+        "DataLoader(..., pin_memory=True) and batch = batch.to('cuda', non_blocking=True) "
+        "(or tensor.pin_memory() for tensors you copy yourself)",
+    )
+
+
+@rule("pcie.exposed", "pcie")
+def pcie_rule(ctx: RuleContext) -> Recommendation | None:
+    """Fires when exposed copies (nothing else running) are >= 5 % of the median step and
+    most copy time is not pageable (the pageable rule covers that). Saving: the exposed copy time."""
+    pcie = ctx.median("pcie_ns")
+    share = ctx.share(pcie)
+    if share < ctx.th("pcie_share"):
+        return None
+    p_ns, _, total = _pageable(ctx)
+    if total > 0 and p_ns >= 0.5 * total:
+        return None
+    return _rec(
+        ctx, "pcie.exposed", "pcie", "Host-device copies are not overlapped",
+        f"{_pct(share)} of the step time ({_ms(pcie)} per step) only host-device copies run. Overlap them with "
+        "compute: copy the next batch on a side stream with non_blocking=True while this one trains, keep tensors on "
+        "the GPU between steps and avoid .cpu()/.numpy() inside the step.",
+        {"pcie_ns_median": pcie, "pcie_share": round(share, 4), "copy_ns_per_step": total},
+        pcie,
+        "batch = batch.to('cuda', non_blocking=True) from pinned memory, prefetched one step ahead "
+        "(e.g. a CUDA-stream prefetcher); move .cpu()/.item() logging out of the step",
+    )
+
+
+# ----------------------------------------------------------------------------- sync
+@rule("sync.host", "sync")
+def sync_rule(ctx: RuleContext) -> Recommendation | None:
+    """Fires when host synchronisations (GPU idle while the host blocks, plus the GPU idle
+    that follows each sync until new work is launched) are >= 5 % of the median step.
+    Saving: that time."""
+    s = ctx.steps
+    if len(s) == 0 or "post_sync_idle_ns" not in s.columns:
+        return None
+    cost = (s["sync_ns"] - s["collective_wait_ns"]).clip(lower=0) + s["post_sync_idle_ns"]
+    med = int(np.median(cost))
+    calls = float(np.median(s["sync_calls"]))
+    share = ctx.share(med)
+    if share < ctx.th("sync_share") or calls <= 0:
+        return None
+    return _rec(
+        ctx, "sync.host", "sync", "The host synchronises with the GPU every step",
+        f"The host blocks on the GPU {calls:g} time(s) per step; waiting plus the GPU idle time after each "
+        f"synchronisation cost {_pct(share)} of the step ({_ms(med)}). Avoid excessive use of synchronization: "
+        "remove .item(), .cpu(), print(loss) and torch.cuda.synchronize() from the step (log every N steps, "
+        "keep running sums on the GPU), and use events (cudaStreamWaitEvent) instead of host syncs.",
+        {"sync_calls_per_step": calls, "sync_cost_ns_median": med,
+         "post_sync_idle_ns_median": ctx.median("post_sync_idle_ns"), "sync_ns_median": ctx.median("sync_ns")},
+        med,
+        "loss_sum += loss.detach()  # and call loss_sum.item() every N steps; drop torch.cuda.synchronize() in the loop",
+    )
+
+
+# ----------------------------------------------------------------------------- launch
+@rule("launch.bound", "host")
+def launch_rule(ctx: RuleContext) -> Recommendation | None:
+    """Fires on ranks :func:`~perfscope.analyzers.kernels.launch_stats` marks launch-bound.
+    Saving: the launch idle (host_wait and kernel_wait gaps under 100 us) per step, bounded
+    by the host bucket."""
+    l = ctx.launch
+    if l is None or len(l) == 0 or not l["launch_bound"].any():
+        return None
+    lb = l[l["launch_bound"]]
+    ranks = tuple(int(r) for r in lb["rank"])
+    n_steps = ctx.steps_per_rank()
+    launch_idle = lb.set_index("rank")["launch_idle_ns"]
+    per_step = (launch_idle / n_steps.reindex(lb["rank"]).fillna(1).clip(lower=1)).median()
+    saving = min(float(per_step), ctx.median("host_ns", list(ranks)))
+    k = lb.iloc[0]
+    syncs = float(np.median(ctx.steps["sync_calls"])) if "sync_calls" in ctx.steps.columns and len(ctx.steps) else 0.0
+    first = (f" First remove the {syncs:g} host synchronisation(s) per step: a graph cannot capture them." if syncs >= 1 else "")
+    return _rec(
+        ctx, "launch.bound", "host", "The step is launch-bound (many tiny kernels)",
+        f"{int(k['kernels'])} kernels on rank {int(k['rank'])}, {_pct(float(k['short_share']))} of them shorter than the "
+        f"{k['median_launch_cpu_ns'] / 1e3:.1f} us the CPU needs to launch one (median kernel "
+        f"{k['median_kernel_ns'] / 1e3:.1f} us); the GPU waits for the host {_ms(saving)} per step. Capture the step "
+        "with CUDA graphs or compile it so many small kernels become few launches, fuse small ops, or raise the batch size." + first,
+        {"kernels": int(k["kernels"]), "short_share": round(float(k["short_share"]), 4), "sync_calls_per_step": syncs,
+         "median_kernel_ns": int(k["median_kernel_ns"]), "median_launch_cpu_ns": int(k["median_launch_cpu_ns"]),
+         "launch_idle_ns_per_step": int(per_step)},
+        saving,
+        'model = torch.compile(model, mode="reduce-overhead")  # CUDA graphs; or torch.cuda.graphs / torch.cuda.make_graphed_callables',
+        ranks,
+    )
+
+
+@rule("host.overhead", "host")
+def host_rule(ctx: RuleContext) -> Recommendation | None:
+    """Fires when the GPU is idle for other host reasons (Python, CPU work) >= 15 % of the
+    median step and the rank is not launch-bound. Saving: half of that time."""
+    s = ctx.steps
+    if len(s) == 0:
+        return None
+    l = ctx.launch
+    if l is not None and len(l) and l["launch_bound"].any():
+        return None
+    other = (s["host_ns"] - s.get("post_sync_idle_ns", 0)).clip(lower=0)
+    med = int(np.median(other))
+    share = ctx.share(med)
+    if share < ctx.th("host_share"):
+        return None
+    return _rec(
+        ctx, "host.overhead", "host", "The GPU waits for the CPU",
+        f"{_pct(share)} of the step time ({_ms(med)}) the GPU is idle while the host does other work (Python execution "
+        "overhead, CPU preprocessing, logging). Find the host code with a CPU profiler and move it off the training "
+        "thread, or compile the model to cut Python overhead.",
+        {"host_ns_median": ctx.median("host_ns"), "host_other_ns_median": med, "host_share": round(share, 4)},
+        med / 2,
+        "py-spy record -o profile.svg -- python train.py  # then torch.compile(model) / move CPU work to DataLoader workers",
+    )
+
+
+# ----------------------------------------------------------------------------- communication
+@rule("comm.exposed", "network")
+def comm_rule(ctx: RuleContext) -> Recommendation | None:
+    """Fires when exposed communication is >= 10 % of the median step. Saving: the part that
+    could hide under compute (min(network, compute)), at least a quarter of it (compression)."""
+    net = ctx.median("network_ns")
+    share = ctx.share(net)
+    if share < ctx.th("network_share"):
+        return None
+    comp = ctx.median("compute_ns")
+    hidden = ctx.median("hidden_network_ns")
+    return _rec(
+        ctx, "comm.exposed", "network", "Communication is not overlapped with compute",
+        f"This run has high time cost on communication: {_pct(share)} of the step time ({_ms(net)}) communication "
+        f"kernels run with no compute beside them ({_ms(hidden)} is already hidden). Overlap gradient all-reduce with "
+        "the backward pass with bigger or better-ordered DDP buckets, reduce the bytes sent (bf16 compression hook), "
+        "or communicate less often (gradient accumulation with no_sync()).",
+        {"network_ns_median": net, "network_share": round(share, 4), "hidden_network_ns_median": hidden, "compute_ns_median": comp},
+        max(min(net, comp), net / 4),
+        "DistributedDataParallel(model, bucket_cap_mb=100, gradient_as_bucket_view=True, static_graph=True); "
+        "model.register_comm_hook(None, torch.distributed.algorithms.ddp_comm_hooks.default_hooks.bf16_compress_hook)",
+    )
+
+
+@rule("comm.straggler", "sync")
+def straggler_rule(ctx: RuleContext) -> Recommendation | None:
+    """Fires when one rank arrives last at >= half of the matched collectives and the others'
+    wait for it is >= 2 % of the median step. Saving: the others' median collective wait."""
+    st = ctx.stragglers
+    if st is None or len(st) == 0 or len(ctx.steps) == 0:
+        return None
+    top = st.iloc[0]
+    if float(top["last_share"]) < ctx.th("straggler_last_share") or int(top["cost_to_others_ns"]) <= 0:
+        return None
+    r = int(top["rank"])
+    others = [int(x) for x in ctx.steps["rank"].unique() if int(x) != r]
+    wait = ctx.median("collective_wait_ns", others) if others else 0
+    if ctx.share(wait) < ctx.th("straggler_cost_share"):
+        return None
+    return _rec(
+        ctx, "comm.straggler", "sync", f"Rank {r} is a straggler",
+        f"Rank {r} arrives last at {int(top['last_count'])} of {int(top['ops'])} collectives ({_pct(float(top['last_share']))}), "
+        f"on average {float(top['mean_lateness_ns']) / 1e6:.2f} ms after the first rank; the other ranks wait "
+        f"{_ms(wait)} per step for it. Compare rank {r} with the others: its input pipeline and data sizes (load "
+        "imbalance), CPU contention and NUMA placement of its process, and its GPU's clocks and temperature.",
+        {"straggler_rank": r, "last_count": int(top["last_count"]), "ops": int(top["ops"]),
+         "last_share": round(float(top["last_share"]), 4), "mean_lateness_ns": int(top["mean_lateness_ns"]),
+         "cost_to_others_ns": int(top["cost_to_others_ns"]), "others_wait_ns_per_step": wait},
+        wait,
+        f"perfscope analyze RUN --ranks {r} (its breakdown shows where it loses time); "
+        f"nvidia-smi -q -d CLOCK,TEMPERATURE on rank {r}'s GPU; numactl --cpunodebind=N --membind=N for its process",
+        (r,),
+    )
+
+
+def _same_gpu(meta: dict[str, Any]) -> bool:
+    uuids = [((r.get("gpu") or {}).get("uuid") if isinstance(r.get("gpu"), dict) else None) for r in meta.get("ranks", [])]
+    uuids = [u for u in uuids if u]
+    return len(uuids) > 1 and len(set(uuids)) < len(uuids)
+
+
+@rule("nccl.low_busbw", "network")
+def busbw_rule(ctx: RuleContext) -> Recommendation | None:
+    """Fires when large collectives (>= 1 MiB) reach less than a quarter of the bus bandwidth
+    a healthy link gives (NVLink within a node, InfiniBand across nodes) and communication
+    is >= 10 % of the step; not when ranks share one GPU. Saving: a quarter of the network
+    time scaled by the bandwidth shortfall."""
+    c = ctx.collectives
+    net = ctx.median("network_ns")
+    if c is None or len(c) == 0 or ctx.share(net) < ctx.th("network_share") or _same_gpu(ctx.meta):
+        return None
+    big = c[(pd.to_numeric(c["bytes"], errors="coerce") >= ctx.th("busbw_min_bytes")) & c["busbw_gbps"].notna()]
+    if len(big) == 0:
+        return None
+    bw = float(big["busbw_gbps"].median())
+    hosts = {r.get("host") for r in ctx.meta.get("ranks", []) if r.get("host")}
+    where = "inter_node" if len(hosts) > 1 else "intra_node"
+    expected = EXPECTED_BUSBW_GBPS[where]
+    if bw >= ctx.th("busbw_fraction") * expected:
+        return None
+    env = (ctx.meta.get("environment") or {})
+    nccl_env = env.get("nccl_env") or env.get("env") or {}
+    keys = ["NCCL_SOCKET_IFNAME", "NCCL_IB_HCA", "NCCL_P2P_LEVEL", "NCCL_NET_GDR_LEVEL", "NCCL_NSOCKS_PERTHREAD", "NCCL_SOCKET_NTHREADS"]
+    current = {k: nccl_env.get(k) for k in keys if isinstance(nccl_env, dict)}
+    return _rec(
+        ctx, "nccl.low_busbw", "network", "Collectives reach low bus bandwidth",
+        f"Collectives of 1 MiB or more reach a median bus bandwidth of {bw:.1f} GB/s, far below the ~{expected:.0f} GB/s "
+        f"an {'InfiniBand network' if where == 'inter_node' else 'NVLink node'} usually gives. NCCL may be using the wrong "
+        "interface or transport: check which NIC and transport it picked (NCCL_DEBUG=INFO) and set the variables below.",
+        {"busbw_gbps_median": round(bw, 3), "expected_busbw_gbps": expected, "collectives_judged": int(len(big)),
+         **{k: v for k, v in current.items() if v is not None}},
+        net / 4 * max(0.0, 1 - bw / expected),
+        "NCCL_DEBUG=INFO NCCL_SOCKET_IFNAME=<fast NIC, e.g. ib0 or eth0> NCCL_IB_HCA=<mlx5_0,...> NCCL_P2P_LEVEL=NVL "
+        "NCCL_NET_GDR_LEVEL=PHB NCCL_NSOCKS_PERTHREAD=4 NCCL_SOCKET_NTHREADS=2",
+    )
+
+
+# ----------------------------------------------------------------------------- compute
+@rule("compute.bound", "compute")
+def compute_rule(ctx: RuleContext) -> Recommendation | None:
+    """Fires when compute is >= 85 % of the median step. Saving: half the time of FP32 matrix
+    kernels when there are any (TF32/BF16 tensor cores are at least 2x faster), else a tenth of
+    the compute time (fusion through torch.compile)."""
+    comp = ctx.median("compute_ns")
+    share = ctx.share(comp)
+    if share < ctx.th("compute_share"):
+        return None
+    k = ctx.kernels
+    fp32_share = 0.0
+    if k is not None and len(k):
+        names = k["name"].astype(str)
+        fp32 = names.str.contains(FP32_GEMM_RE) & ~names.str.contains(LOW_PRECISION_RE)
+        tot = k.loc[k["kind"] == "compute", "total_ns"].sum()
+        fp32_share = float(k.loc[fp32, "total_ns"].sum() / tot) if tot > 0 else 0.0
+    if fp32_share >= 0.2:
+        saving = comp * fp32_share / 2
+        msg = (f"The step is compute-bound ({_pct(share)} compute) and {_pct(fp32_share)} of kernel time is FP32 matrix "
+               "math. Run matrix multiplies on tensor cores: allow TF32, or train in bfloat16 with autocast.")
+        change = "torch.backends.cuda.matmul.allow_tf32 = True; with torch.autocast('cuda', dtype=torch.bfloat16): loss = model(x)"
+    else:
+        saving = comp / 10
+        msg = (f"The step is compute-bound ({_pct(share)} compute): speed up the kernels themselves. Compile the model to "
+               "fuse elementwise ops, use fused optimizers and fused attention, and check the top kernels below.")
+        change = "model = torch.compile(model); torch.optim.AdamW(params, fused=True); F.scaled_dot_product_attention"
+    return _rec(ctx, "compute.bound", "compute", "The step is compute-bound", msg,
+                {"compute_ns_median": comp, "compute_share": round(share, 4), "fp32_matmul_share": round(fp32_share, 4)},
+                saving, change)
+
+
+# ----------------------------------------------------------------------------- environment
+def _env_checks(env: dict[str, Any]) -> list[dict[str, Any]]:
+    checks = env.get("checks") if isinstance(env, dict) else None
+    return [c for c in checks if isinstance(c, dict)] if isinstance(checks, list) else []
+
+
+def environment_recommendations(ctx: RuleContext) -> list[Recommendation]:
+    """Turn the doctor's warn/fail checks stored in ``meta['environment']['checks']`` (dicts
+    with ``id``, ``status``, ``message``, ``fix``) into recommendations, plus a direct check of
+    the CPU governor when the snapshot has one and no doctor check covers it."""
+    env = ctx.meta.get("environment") or {}
+    out: list[Recommendation] = []
+    seen: set[str] = set()
+    for c in _env_checks(env):
+        status = str(c.get("status", "")).lower()
+        if status not in ("warn", "fail", "warning", "error"):
+            continue
+        cid = str(c.get("id", "check"))
+        seen.add(cid)
+        msg = str(c.get("message", cid))
+        out.append(Recommendation(
+            id=f"environment.{cid}", bucket="environment", title=msg.split(". ")[0][:120], message=msg,
+            evidence={k: v for k, v in c.items() if k not in ("id", "message", "fix")}, change=str(c.get("fix", "")),
+        ))
+    cpu = env.get("cpu") if isinstance(env.get("cpu"), dict) else {}
+    gov = env.get("cpu_governor") or cpu.get("governor")
+    if gov and str(gov) != "performance" and not any("governor" in s for s in seen):
+        out.append(Recommendation(
+            id="environment.cpu_governor", bucket="environment", title="CPU frequency governor is not 'performance'",
+            message=f"The CPU frequency governor is {gov!r}; host-side work (launches, data loading) runs slower while the "
+                    "cores clock down. Set the governor to performance.",
+            evidence={"cpu_governor": str(gov)}, change="sudo cpupower frequency-set -g performance",
+        ))
+    return out
+
+
+# A fix that must come first for another to work: CUDA graphs and
+# torch.compile(mode="reduce-overhead") cannot capture a step that synchronises with the
+# host (.item(), .cpu(), torch.cuda.synchronize() break the graph), so when a launch-bound
+# step also syncs with the host, removing the syncs is listed first.
+PREREQUISITES: dict[str, tuple[str, ...]] = {"sync.host": ("launch.bound",)}
+
+
+def evaluate_rules(ctx: RuleContext) -> list[Recommendation]:
+    """Run every rule; return the recommendations that fired, largest saving first (rule
+    order breaks ties) except that a prerequisite (:data:`PREREQUISITES`) is moved just
+    before the first recommendation it enables; then environment findings."""
+    fired: list[tuple[int, Recommendation]] = []
+    for i, r in enumerate(RULES):
+        rec = r.fn(ctx)
+        if rec is not None:
+            fired.append((i, rec))
+    fired.sort(key=lambda x: (-x[1].saving_ns, x[0]))
+    recs = [r for _, r in fired]
+    for pre, enables in PREREQUISITES.items():
+        ids = [r.id for r in recs]
+        if pre not in ids:
+            continue
+        targets = [ids.index(t) for t in enables if t in ids]
+        if targets and min(targets) < ids.index(pre):
+            rec = recs.pop(ids.index(pre))
+            recs.insert(min(targets), rec)
+    return recs + environment_recommendations(ctx)
+
+
+__all__ = ["DEFAULT_THRESHOLDS", "PREREQUISITES", "RULES", "Rule", "RuleContext", "evaluate_rules", "environment_recommendations", "rule"]

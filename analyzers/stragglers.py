@@ -1,0 +1,54 @@
+"""Stragglers: which rank arrives last at collectives, how often, and what it costs.
+
+Built on the matched operations of :func:`perfscope.analyzers.collectives.analyze_collectives`
+(only operations seen on more than one rank count).  Like TraceLens's arrival-last count and
+DeepSpeed's straggler time, and unlike HTA's late-start-of-one-kernel heuristic, every
+matched operation votes.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+COLUMNS: tuple[str, ...] = ("rank", "ops", "last_count", "last_share", "mean_lateness_ns", "cost_to_others_ns")
+
+
+def rank_stragglers(coll: pd.DataFrame, min_skew_ns: int = 0) -> pd.DataFrame:
+    """Rank the ranks by how much they hold the others up.
+
+    Args:
+        coll: output of ``analyze_collectives``.
+        min_skew_ns: an operation whose spread of arrivals is at most this has no last rank.
+
+    Returns:
+        one row per rank: ``ops`` (matched operations it took part in), ``last_count`` (times
+        it arrived last), ``last_share`` (last_count / ops), ``mean_lateness_ns`` (mean of
+        arrival minus earliest arrival), ``cost_to_others_ns`` (total wait of the other ranks
+        in the operations it arrived last at), sorted by ``cost_to_others_ns`` descending.
+    """
+    if coll is None or len(coll) == 0 or "matched_ranks" not in coll.columns:
+        return pd.DataFrame({c: pd.Series(dtype="float64" if c == "last_share" else "int64") for c in COLUMNS})
+    m = coll[coll["matched_ranks"] > 1]
+    if len(m) == 0:
+        return pd.DataFrame({c: pd.Series(dtype="float64" if c == "last_share" else "int64") for c in COLUMNS})
+    spread = m.groupby("match_key", sort=False)["arrival_skew_ns"].transform("max")
+    real = spread > min_skew_ns
+    is_last = real & (m["rank"].to_numpy() == m["last_rank"].to_numpy(dtype="float64", na_value=np.nan))
+    cost = m[real].groupby("match_key", sort=False)["wait_ns"].sum()
+    last_of = m[is_last.to_numpy(bool)].drop_duplicates("match_key").set_index("match_key")["rank"]
+    cost_by_rank = cost.reindex(last_of.index).groupby(last_of.to_numpy()).sum()
+    g = m.groupby("rank")
+    out = pd.DataFrame({
+        "ops": g.size(),
+        "last_count": is_last.groupby(m["rank"]).sum(),
+        "mean_lateness_ns": g["arrival_skew_ns"].mean().round(),
+    })
+    out["last_share"] = out["last_count"] / out["ops"]
+    out["cost_to_others_ns"] = cost_by_rank.reindex(out.index).fillna(0)
+    out = out.reset_index().rename(columns={"index": "rank"})
+    for c in ("rank", "ops", "last_count", "mean_lateness_ns", "cost_to_others_ns"):
+        out[c] = out[c].astype("int64")
+    return out[list(COLUMNS)].sort_values(["cost_to_others_ns", "last_count"], ascending=False, kind="stable").reset_index(drop=True)
+
+
+__all__ = ["COLUMNS", "rank_stragglers"]

@@ -1,0 +1,232 @@
+"""Overhead of perfscope's CUPTI collector next to torch.profiler, in one process on one GPU.
+
+    python benchmarks/overhead.py [--rounds 5] [--launches 20000] [--steps 24] [--out DIR]
+
+(a) tiny-kernel loop: microseconds per launch of ``x.add_(1)`` on a 1-element tensor;
+(b) transformer training step: 8 encoder layers, d_model 1024, 16 heads, seq 512,
+    batch 8, bf16 autocast, AdamW; median step time over ``--steps`` steps.
+
+Arms: ``none``; ``torch`` (torch.profiler, CUDA activities only); ``perfscope`` (the
+CuptiCollector with its default kinds, writing a real run through a RankWriter that
+writes Parquet every second, with a background thread calling flush() every 0.5 s, so
+that decoding and writing fall inside the timed region even for sub-second arms; a real
+run flushes every 2 s); in (a) also ``perfscope_kernel`` (kernels only).  In every round each profiled arm runs once, in
+an order that rotates from round to round, with a ``none`` run before and after it:
+identical runs differ by ~12% between processes and drift within one, so each profiled
+run is compared with the mean of its two ``none`` neighbours.  Reported: per arm the
+median over rounds (and min/max) and the median of the per-round ratios to ``none``
+(the overhead figure); ``delta`` is median value x (1 - 1/median ratio).
+Prints a table and writes ``overhead.json`` (to ``--out`` or ``$OUT``).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+
+FLUSH_EVERY_S = 0.5
+
+
+# ------------------------------------------------------------------------ arms ----
+@contextmanager
+def arm_none() -> Iterator[dict]:
+    yield {}
+
+
+@contextmanager
+def arm_torch() -> Iterator[dict]:
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]):
+        yield {}
+
+
+def make_perfscope_arm(kinds: tuple[str, ...] | None) -> Callable[[], Any]:
+    @contextmanager
+    def arm() -> Iterator[dict]:
+        from perfscope.collectors.cupti import DEFAULT_KINDS, CuptiCollector
+        from perfscope.store import RankWriter, create_run
+
+        tmp = tempfile.mkdtemp(prefix="perfscope-bench-")
+        create_run(tmp, command=["benchmark"], overwrite=True)
+        writer = RankWriter(tmp, 0, flush_interval_s=1.0)
+        writer.start_background_flush()
+        coll = CuptiCollector(writer, kinds=kinds or DEFAULT_KINDS)
+        coll.start()
+        stop = threading.Event()
+
+        def flusher() -> None:
+            while not stop.wait(FLUSH_EVERY_S):
+                coll.flush()
+
+        t = threading.Thread(target=flusher, daemon=True)
+        t.start()
+        info: dict = {}
+        try:
+            yield info
+        finally:
+            stop.set()
+            t.join()
+            stats = coll.stop()
+            writer.close()
+            info["stats"] = stats
+            info["kernels"] = stats["rows"].get("kernels", 0)
+
+    return arm
+
+
+# ------------------------------------------------------------------- workloads ----
+def tiny_loop(torch: Any, launches: int, reps: int = 5) -> Callable[[], float]:
+    """Microseconds per launch: the fastest of ``reps`` blocks of ``launches / reps``
+    launches (the minimum discards blocks hit by a preemption on this shared host)."""
+    x = torch.zeros(1, device="cuda")
+    per = max(1, launches // reps)
+
+    def block() -> float:
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(per):
+            x.add_(1)
+        torch.cuda.synchronize()
+        return (time.perf_counter() - t0) / per * 1e6
+
+    def run() -> float:
+        return min(block() for _ in range(reps))
+
+    return run
+
+
+def transformer(torch: Any, steps: int) -> Callable[[], float]:
+    """Median milliseconds per training step over ``steps`` steps (each synchronised)."""
+    import torch.nn as nn
+
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(1024, 16, 4096, dropout=0.1, batch_first=True)
+    model = nn.TransformerEncoder(layer, 8, enable_nested_tensor=False).cuda()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    x = torch.randn(8, 512, 1024, device="cuda")
+
+    def one() -> float:
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            y = model(x)
+        loss = y.float().pow(2).mean()
+        loss.backward()
+        opt.step()
+        torch.cuda.synchronize()
+        return (time.perf_counter() - t0) * 1e3  # ms
+
+    for _ in range(5):
+        one()
+
+    def run() -> float:
+        return statistics.median(one() for _ in range(steps))
+
+    return run
+
+
+# ---------------------------------------------------------------------- driver ----
+def measure(name: str, work: Callable[[], float], arms: dict[str, Callable[[], Any]], rounds: int) -> dict:
+    """Interleave the arms ``rounds`` times; ``none`` runs between every two profiled arms.
+
+    Each profiled arm's ratio is its value over the mean of the two ``none`` runs around
+    it (so slow drift of the host cancels); the order of the profiled arms rotates.
+    """
+    profiled = [a for a in arms if a != "none"]
+    per_round: list[dict[str, Any]] = []
+    extra: dict[str, list] = {a: [] for a in arms}
+    for r in range(rounds):
+        order = profiled[r % len(profiled):] + profiled[:r % len(profiled)]
+        with arms["none"]():
+            prev_none = work()
+        res: dict[str, Any] = {"none": [prev_none]}
+        for a in order:
+            with arms[a]() as info:
+                val = work()
+            with arms["none"]():
+                next_none = work()
+            res["none"].append(next_none)
+            res[a] = val
+            res[a + "/none"] = val / ((prev_none + next_none) / 2)
+            prev_none = next_none
+            extra[a].append({k: v for k, v in info.items() if k != "stats"})
+            if "stats" in info and r == rounds - 1:
+                extra[a][-1]["stats"] = info["stats"]
+        per_round.append(res)
+        print(f"  {name} round {r}: none=" + "/".join(f"{v:.3f}" for v in res["none"]) + ", "
+              + ", ".join(f"{a}={res[a]:.3f} ({res[a + '/none']:.3f})" for a in profiled), flush=True)
+    out: dict[str, Any] = {"rounds": per_round, "arms": {}}
+    nones = [v for p in per_round for v in p["none"]]
+    out["arms"]["none"] = {"median": statistics.median(nones), "min": min(nones), "max": max(nones),
+                           "ratio_median": 1.0, "ratio_min": 1.0, "ratio_max": 1.0, "delta_median": 0.0}
+    for a in profiled:
+        vals = [p[a] for p in per_round]
+        ratios = [p[a + "/none"] for p in per_round]
+        out["arms"][a] = {
+            "median": statistics.median(vals), "min": min(vals), "max": max(vals),
+            "ratio_median": statistics.median(ratios), "ratio_min": min(ratios), "ratio_max": max(ratios),
+            "ratio_mean": statistics.fmean(ratios),
+            "delta_median": statistics.median(vals) * (1 - 1 / statistics.median(ratios)),
+            "info": extra[a],
+        }
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=10)
+    ap.add_argument("--launches", type=int, default=20000)
+    ap.add_argument("--steps", type=int, default=24)
+    ap.add_argument("--skip", choices=["tiny", "transformer"], action="append", default=[])
+    ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    args = ap.parse_args(argv)
+    import torch
+
+    result: dict[str, Any] = {
+        "gpu": torch.cuda.get_device_name(0), "torch": torch.__version__,
+        "args": vars(args), "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    try:
+        from importlib.metadata import version
+
+        result["cupti_python"] = version("cupti-python")
+    except Exception:  # noqa: BLE001
+        pass
+    if "tiny" not in args.skip:
+        arms = {"none": arm_none, "torch": arm_torch, "perfscope": make_perfscope_arm(None),
+                "perfscope_kernel": make_perfscope_arm(("kernel",))}
+        run = tiny_loop(torch, args.launches)
+        for _ in range(3):
+            run()
+        result["tiny_us_per_launch"] = measure("tiny", run, arms, args.rounds)
+    if "transformer" not in args.skip:
+        arms = {"none": arm_none, "torch": arm_torch, "perfscope": make_perfscope_arm(None)}
+        run = transformer(torch, args.steps)
+        result["transformer_step_ms"] = measure("step", run, arms, args.rounds)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "overhead.json").write_text(json.dumps(result, indent=1, default=str))
+    print()
+    for key, unit in (("tiny_us_per_launch", "us/launch"), ("transformer_step_ms", "ms/step")):
+        if key not in result:
+            continue
+        print(f"{key} ({unit}; median over {args.rounds} rounds; ratio = arm / mean of its two none neighbours)")
+        for a, v in result[key]["arms"].items():
+            print(f"  {a:17s} median {v['median']:9.3f}  [{v['min']:.3f} .. {v['max']:.3f}]  "
+                  f"delta {v['delta_median']:+8.3f}  ratio {v['ratio_median']:.4f} [{v['ratio_min']:.4f} .. {v['ratio_max']:.4f}]")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

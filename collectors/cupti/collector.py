@@ -1,0 +1,396 @@
+"""The CUPTI activity collector: enables kinds, drains the native sink, writes store tables.
+
+Per record, only C runs (``sink.c``, on CUPTI's thread or inside ``cuptiActivityFlushAll``);
+per flush, Python takes each kind's records as one byte array and decodes it with NumPy
+(:mod:`perfscope.collectors.cupti.decode`).
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+import time
+from collections.abc import Iterable
+from typing import Any, Protocol
+
+import numpy as np
+
+from perfscope.collectors.cupti import cbids, decode, layouts, probe
+from perfscope.collectors.cupti.native import Sink
+from perfscope.errors import CollectorError, CuptiUnavailableError, UsageError
+
+#: collector kind name -> CUPTI activity kinds it enables
+KINDS: dict[str, tuple[int, ...]] = {
+    "kernel": (layouts.KIND_CONCURRENT_KERNEL,),
+    "memcpy": (layouts.KIND_MEMCPY, layouts.KIND_MEMCPY2),
+    "memset": (layouts.KIND_MEMSET,),
+    "sync": (layouts.KIND_SYNCHRONIZATION,),
+    "runtime": (layouts.KIND_RUNTIME,),
+    "driver": (layouts.KIND_DRIVER,),
+    "nvtx": (layouts.KIND_MARKER,),
+    "overhead": (layouts.KIND_OVERHEAD,),
+}
+DEFAULT_KINDS = ("kernel", "memcpy", "memset", "sync", "runtime", "nvtx")
+SUBSCRIBER_NAME = "perfscope"
+ERROR_MULTIPLE_SUBSCRIBERS = 39  # CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED
+
+
+class Writer(Protocol):
+    """What the collector needs of a :class:`perfscope.store.RankWriter`."""
+
+    def append(self, table_name: str, data: Any) -> None: ...
+
+
+def _cupti() -> Any:
+    from cupti import cupti
+
+    return cupti
+
+
+def _sync_current_context() -> None:
+    """cuCtxSynchronize() on this thread's current context, if there is one (so no kernel
+    is still running when the last buffers are force-flushed)."""
+    try:
+        cuda = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return
+    ctx = ctypes.c_void_p(0)
+    if cuda.cuCtxGetCurrent(ctypes.byref(ctx)) == 0 and ctx.value:
+        cuda.cuCtxSynchronize()
+
+
+class CuptiCollector:
+    """Records GPU activity through CUPTI into a rank's store tables.
+
+    Args:
+        writer: receives ``append(table, pyarrow.Table)`` for ``kernels``, ``memcpy``,
+            ``memset``, ``sync``, ``api`` and ``markers``.
+        kinds: any of ``kernel``, ``memcpy`` (incl. peer copies), ``memset``, ``sync``,
+            ``runtime`` (runtime API calls that launch, copy or synchronise), ``driver``
+            (the same for driver API calls: Triton launches), ``nvtx`` (NVTX ranges; needs
+            NVTX routed to CUPTI, see :func:`nvtx_injection_env`), ``overhead`` (CUPTI's
+            own overhead records, summarised in :meth:`stop`'s statistics only).
+        buffer_mb: size of each activity buffer handed to CUPTI.
+        max_buffers: buffers CUPTI may hold at once (past it records are dropped and counted).
+        max_pending_mb: records waiting in the sink between flushes (past it: dropped, counted).
+
+    Attributes:
+        clock_offset_ns: add to CUPTI timestamps for Unix-epoch ns; 0 when CUPTI already
+            stamps with CLOCK_REALTIME (checked at :meth:`start`).  Rows written are
+            already corrected.
+        warnings: human-readable problems seen while recording (for the rank's metadata).
+    """
+
+    def __init__(
+        self,
+        writer: Writer,
+        *,
+        kinds: Iterable[str] = DEFAULT_KINDS,
+        buffer_mb: int = 8,
+        max_buffers: int = 64,
+        max_pending_mb: int = 1024,
+    ) -> None:
+        kinds = tuple(kinds)
+        unknown = [k for k in kinds if k not in KINDS]
+        if unknown:
+            raise UsageError(f"unknown CUPTI collector kind(s) {unknown}; choose from {sorted(KINDS)}")
+        self.writer = writer
+        self.kinds = kinds
+        self.buffer_mb = int(buffer_mb)
+        self.max_buffers = int(max_buffers)
+        self.max_pending_mb = int(max_pending_mb)
+        self.clock_offset_ns = 0
+        self.warnings: list[str] = []
+        self._cupti_kinds = sorted({k for name in kinds for k in KINDS[name]})
+        self._sink: Sink | None = None
+        self._enabled: list[int] = []
+        self._subscriber: int | None = None
+        self._lock = threading.Lock()
+        self._strings = _STRINGS
+        self._markers = decode.MarkerState()
+        self._context_device: dict[int, int] = {}
+        self._rows: dict[str, int] = {}
+        self._overhead: dict[str, dict[str, int]] = {}
+        self._untimed = 0
+        self._decode_ns = 0
+        self._flush_ns = 0
+        self._flushes = 0
+        self._start_ns = 0
+        self._setup_ns = 0
+        self._clock: probe.ClockCheck | None = None
+        self._state = "new"
+        self._raw_log: list[dict[str, np.ndarray]] | None = None  # tests: keep raw drains
+
+    # ------------------------------------------------------------------ start ----
+    def start(self) -> None:
+        """Check CUPTI, register the native sink and enable the activity kinds.
+
+        Raises:
+            CuptiUnavailableError: no GPU, no cupti-python or libcupti, unsupported CUPTI,
+                or CUPTI is held by another tool (torch.profiler, Nsight Systems); the
+                message says which.  Nothing stays enabled after the error.
+            CollectorError: the collector was already started.
+        """
+        if self._state != "new":
+            raise CollectorError("this CuptiCollector was already started; create a new one")
+        t0 = time.perf_counter_ns()
+        ok, why = probe.available()
+        if not ok:
+            raise CuptiUnavailableError(f"GPU activity cannot be recorded: {why}")
+        if probe.torch_profiler_active():
+            raise CuptiUnavailableError(
+                "torch.profiler is recording in this process and CUPTI takes one client at a time on this driver; "
+                "stop it first, or record with torch.profiler alone and read its trace with `perfscope import kineto`"
+            )
+        cupti = _cupti()
+        self._subscribe(cupti)
+        try:
+            self._start_sink(cupti)
+        except BaseException:
+            self._teardown(cupti)
+            raise
+        self._state = "running"
+        self._start_ns = time.time_ns()
+        self._setup_ns = time.perf_counter_ns() - t0
+
+    def _subscribe(self, cupti: Any) -> None:
+        """Claim CUPTI's one subscriber slot so that tools starting later see perfscope.
+
+        A slot held by torch's Kineto while torch.profiler is idle (Kineto keeps its
+        subscription after its first use) is no conflict for the activity API; a slot
+        held by anything else is.
+        """
+        tool = probe.external_tool()
+        params: Any = None
+        try:
+            params = cupti.SubscriberParams()
+            params.struct_size = cupti.SUBSCRIBER_PARAMS_SIZE
+            params.subscriber_name = SUBSCRIBER_NAME
+        except Exception:  # noqa: BLE001 - fall back to the unnamed subscribe below
+            params = None
+        holder = ""
+        try:
+            if params is not None:
+                self._subscriber = cupti.subscribe_v2(_no_callback, 0, params.ptr)
+            else:
+                self._subscriber = cupti.subscribe(_no_callback, 0)
+            return
+        except cupti.cuptiError as e:
+            try:
+                holder = str(params.old_subscriber_name or "") if params is not None else ""
+            except Exception:  # noqa: BLE001
+                holder = ""
+            if "MULTIPLE" not in str(e) and str(ERROR_MULTIPLE_SUBSCRIBERS) not in str(e):
+                raise CuptiUnavailableError(f"cuptiSubscribe failed: {e}") from None
+        import sys
+
+        if tool is None and "torch" in sys.modules and not probe.torch_profiler_active():
+            self.warnings.append(
+                f"CUPTI subscriber slot is held by {holder or 'another client'} (torch's Kineto keeps it after a "
+                "torch.profiler session); recording through the activity API anyway"
+            )
+            return
+        who = holder or tool or "another CUPTI client"
+        raise CuptiUnavailableError(
+            f"CUPTI is already in use by {who} and this driver allows one CUPTI client per process; "
+            "record without it, or use that tool's trace (`perfscope import kineto` reads torch.profiler traces)"
+        )
+
+    def _start_sink(self, cupti: Any) -> None:
+        sink = Sink()
+        path = probe.libcupti_path()
+        if path is None:
+            raise CuptiUnavailableError("cannot find the libcupti that cupti-python loaded")
+        sink.open(path)
+        sink.reset()
+        sink.configure(self._cupti_kinds)
+        sink.set_api_filter(cbids.RUNTIME, cbids.DRIVER)
+        sink.set_limits(self.buffer_mb << 20, self.max_buffers, self.max_pending_mb << 20)
+        self._sink = sink
+        if "nvtx" in self.kinds:
+            # NVTX reads this at its first call in the process; harmless if that already happened.
+            for k, v in probe.nvtx_injection_env().items():
+                os.environ.setdefault(k, v)
+        try:
+            cupti.set_thread_id_type(cupti.ActivityThreadIdType.SYSTEM)  # tids = gettid(), like host hooks
+        except Exception as e:  # noqa: BLE001
+            self.warnings.append(f"cannot make CUPTI report system thread ids: {e}")
+        rc = sink.register()
+        if rc != 0:
+            raise CuptiUnavailableError(f"cuptiActivityRegisterCallbacks failed (CUPTI error {rc})")
+        for k in self._cupti_kinds:
+            try:
+                cupti.activity_enable(k)
+            except cupti.cuptiError as e:
+                raise CuptiUnavailableError(
+                    f"CUPTI refused to enable activity kind {cupti.ActivityKind(k).name}: {e}. "
+                    "Another tool may hold CUPTI (Nsight Systems, torch.profiler)"
+                ) from None
+            self._enabled.append(k)
+        self._filter_api(cupti)
+        self._clock = probe.check_clock(cupti.get_timestamp)
+        self.clock_offset_ns = self._clock.offset_ns
+
+    def _filter_api(self, cupti: Any) -> None:
+        """Stop CUPTI from making records for API calls that neither launch, copy nor
+        synchronise (cudaGetDevice and friends, thousands per step).
+
+        The RUNTIME/DRIVER kinds trace every call; CUPTI's per-call-id switch then turns
+        single ids off.  (Its documented other use, tracing chosen ids without the kind,
+        recorded nothing with libcupti 13.0.85 on the H200.)  The sink filters too, in case
+        a switch fails.  Enabling the kind again (the next session, torch.profiler) resets
+        the switches, so stop() only disables the kind.
+        """
+        plan = []
+        if layouts.KIND_RUNTIME in self._enabled:
+            plan.append((cbids.RUNTIME_CBID_SIZE, cbids.RUNTIME, cupti.activity_enable_runtime_api))
+        if layouts.KIND_DRIVER in self._enabled:
+            plan.append((cbids.DRIVER_CBID_SIZE, cbids.DRIVER, cupti.activity_enable_driver_api))
+        for size, keep, fn in plan:
+            for cbid in range(1, size):
+                if cbid not in keep:
+                    try:
+                        fn(cbid, 0)
+                    except Exception:  # noqa: BLE001 - the sink's filter still applies
+                        break
+
+    # ------------------------------------------------------------------ flush ----
+    def flush(self) -> None:
+        """Deliver CUPTI's completed buffers to the sink and hand decoded rows to the writer."""
+        if self._state != "running" or self._sink is None:
+            return
+        with self._lock:
+            t0 = time.perf_counter_ns()
+            self._sink.flush(forced=False)
+            self._flush_ns += time.perf_counter_ns() - t0
+            self._drain()
+        if probe.torch_profiler_active():
+            self._warn_once("torch.profiler started while perfscope was recording; CUPTI serves one client, so GPU "
+                            "records after that point are missing (read torch.profiler's trace with `perfscope import kineto`)")
+
+    def _warn_once(self, msg: str) -> None:
+        if msg not in self.warnings:
+            self.warnings.append(msg)
+
+    def _drain(self) -> None:
+        assert self._sink is not None
+        t0 = time.perf_counter_ns()
+        blob, first = self._sink.take_strings()
+        if blob:
+            self._strings.extend(blob, first)
+        raw: dict[str, decode.Columns] = {}
+        for k in self._cupti_kinds:
+            lay = layouts.LAYOUTS[k]
+            if self._raw_log is None:
+                raw[lay.name] = decode.Columns(self._sink.take_columns(k))
+            else:  # tests: keep the raw bytes too (tests/data/cupti samples)
+                data = self._sink.take(k)
+                self._raw_log.append({lay.name: data.copy()})
+                raw[lay.name] = decode.as_columns(decode.records(data, lay))
+        over = raw.pop("overhead", None)
+        if over is not None and len(over):
+            for name, v in decode.summarize_overhead(over).items():
+                acc = self._overhead.setdefault(name, {"count": 0, "ns": 0})
+                acc["count"] += v["count"]
+                acc["ns"] += v["ns"]
+        for cols in raw.values():
+            if len(cols) and "start" in cols.names:
+                self._untimed += int((cols["start"] == 0).sum())
+        tables = decode.decode_all(raw, self._strings, self.clock_offset_ns,
+                                   context_device=self._context_device, marker_state=self._markers)
+        for table, batch in tables.items():
+            self.writer.append(table, batch)
+            self._rows[table] = self._rows.get(table, 0) + batch.num_rows
+        self._decode_ns += time.perf_counter_ns() - t0
+        self._flushes += 1
+
+    # ------------------------------------------------------------------- stop ----
+    def stop(self) -> dict[str, Any]:
+        """Flush everything, disable the kinds and return statistics.
+
+        Never calls ``cupti.finalize()`` (it would leave CUPTI unusable for torch.profiler
+        later in the process).
+
+        Returns:
+            ``rows`` (rows written per store table), ``records`` (CUPTI records seen and
+            kept per kind name), ``dropped`` (``cupti``: CUPTI's own count, ``sink``: the
+            sink was full, ``buffers_refused``: buffer requests refused, ``untimed``: records
+            without timestamps), ``overhead`` (``sink_callback_ns``, ``decode_ns``,
+            ``flush_ns``, ``setup_ns``, ``buffers``, ``cupti``: CUPTI's OVERHEAD records by
+            kind), ``clock`` (``offset_ns``, ``epoch``, ``bracket_ns``, ``error_ns``,
+            ``drift_ns`` between start and stop), ``warnings``, ``libcupti``, ``cupti_version``.
+        """
+        if self._state != "running":
+            return {"rows": dict(self._rows), "warnings": list(self.warnings)}
+        cupti = _cupti()
+        _sync_current_context()
+        with self._lock:
+            assert self._sink is not None
+            self._sink.flush(forced=False)
+            self._teardown(cupti)
+            self._sink.flush(forced=True)
+            self._drain()
+        self._state = "stopped"
+        return self._stats(cupti)
+
+    def _teardown(self, cupti: Any) -> None:
+        """Disable what start() enabled and give up the subscriber slot (no finalize)."""
+        for k in self._enabled:
+            try:
+                cupti.activity_disable(k)
+            except Exception:  # noqa: BLE001
+                pass
+        self._enabled = []
+        if self._subscriber is not None:
+            try:
+                cupti.unsubscribe(self._subscriber)
+            except Exception:  # noqa: BLE001
+                pass
+            self._subscriber = None
+
+    def _stats(self, cupti: Any) -> dict[str, Any]:
+        assert self._sink is not None
+        s = self._sink.stats()
+        name_of = {k: lay.name for k, lay in layouts.LAYOUTS.items()}
+        seen: dict[int, int] = s["seen"]  # type: ignore[assignment]
+        kept: dict[int, int] = s["kept"]  # type: ignore[assignment]
+        records = {name_of.get(k, f"kind_{k}"): {"seen": int(v), "kept": int(kept.get(k, 0))} for k, v in seen.items()}
+        clock: dict[str, Any] = self._clock.as_dict() if self._clock else {}
+        try:
+            again = probe.check_clock(cupti.get_timestamp)
+            clock["drift_ns"] = again.offset_ns - (self._clock.offset_ns if self._clock else 0)
+            clock["epoch_at_stop"] = again.epoch
+        except Exception:  # noqa: BLE001
+            pass
+        path = probe.libcupti_path()
+        return {
+            "rows": dict(self._rows),
+            "records": records,
+            "api_filtered": int(s["api_filtered"]),  # type: ignore[arg-type]
+            "dropped": {
+                "cupti": int(s["dropped_cupti"]), "sink": int(s["dropped_sink"]),  # type: ignore[arg-type]
+                "buffers_refused": int(s["buffers_refused"]), "untimed": self._untimed,  # type: ignore[arg-type]
+            },
+            "overhead": {
+                "sink_callback_ns": int(s["callback_ns"]), "sink_callback_max_ns": int(s["callback_ns_max"]),  # type: ignore[arg-type]
+                "decode_ns": self._decode_ns, "flush_ns": self._flush_ns, "setup_ns": self._setup_ns,
+                "flushes": self._flushes, "buffers": int(s["buffers"]), "buffer_bytes": int(s["valid_bytes"]),  # type: ignore[arg-type]
+                "cupti": dict(self._overhead),
+            },
+            "clock": clock,
+            "kinds": list(self.kinds),
+            "strings": len(self._strings.strings),
+            "libcupti": path,
+            "cupti_version": probe.cupti_version(path) if path else None,
+            "started_ns": self._start_ns,
+            "stopped_ns": time.time_ns(),
+            "warnings": list(self.warnings),
+        }
+
+
+#: the sink's string table is per process (ids never reset), so its decoded copy is too
+_STRINGS = decode.StringTable()
+
+
+def _no_callback(*_args: Any) -> None:
+    """Callback for the subscription: perfscope enables no callbacks, so it never runs."""

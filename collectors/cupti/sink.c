@@ -1,0 +1,451 @@
+/*
+ * perfscope CUPTI buffer sink: owns CUPTI's activity-buffer callbacks so that no Python
+ * runs per record.
+ *
+ * CUPTI calls buffer_requested() for empty buffers and buffer_completed() with filled
+ * ones, on its own worker thread or inside cuptiActivityFlushAll().  buffer_completed()
+ * walks the records with cuptiActivityGetNextRecord() and appends each record of a
+ * configured kind, byte for byte, to that kind's growable array ("bucket").  Fields that
+ * point into CUPTI-owned memory (kernel names, NVTX marker names and domains) are only
+ * valid until the buffer goes back to CUPTI, so they are interned here into a string
+ * table and the 8-byte pointer in the copied record is replaced by the string's id + 1
+ * (0 = NULL).  API records (RUNTIME, DRIVER) are kept only for callback ids whose byte
+ * is set in the filter mask.  Python drains whole buckets with ps_take() (through ctypes,
+ * which releases the GIL) and decodes them in bulk with NumPy structured dtypes.
+ *
+ * No CUPTI or Python header is needed: libcupti is dlopen()ed at run time (the same file
+ * cupti-python loaded, so there is one CUPTI instance in the process) and the few
+ * prototypes used are declared below.  Record sizes and string-field offsets come from
+ * Python (perfscope.collectors.cupti.layouts), which keeps them next to the dtypes.
+ *
+ * Thread safety: one mutex guards the buckets, the string table and the counters.  The
+ * record walk of one buffer runs under it; buffers are a few MB, so holding it for the
+ * walk costs less than taking it per record.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define PS_EXPORT __attribute__((visibility("default")))
+
+typedef int CUptiResult; /* CUPTI_SUCCESS == 0 */
+typedef void (*ps_req_fn)(uint8_t **buffer, size_t *size, size_t *max_records);
+typedef void (*ps_done_fn)(void *ctx, uint32_t stream, uint8_t *buffer, size_t size, size_t valid);
+
+static CUptiResult (*p_register)(ps_req_fn, ps_done_fn);
+static CUptiResult (*p_next)(uint8_t *, size_t, void **);
+static CUptiResult (*p_dropped)(void *, uint32_t, size_t *);
+static CUptiResult (*p_flush_all)(uint32_t);
+static CUptiResult (*p_timestamp)(uint64_t *);
+
+#define PS_MAX_KIND 64
+#define PS_KIND_DRIVER 4
+#define PS_KIND_RUNTIME 5
+#define PS_MAX_CBID 4096
+
+typedef struct {
+    int enabled;
+    size_t rec_size;     /* bytes copied per record (the struct size of the CUPTI version) */
+    int nstr;            /* number of string-pointer fields (0..2) */
+    size_t str_off[2];   /* their byte offsets in the record */
+    uint8_t *data;
+    size_t len, cap;     /* bytes */
+} bucket_t;
+
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+static bucket_t g_bucket[PS_MAX_KIND];
+static uint64_t g_seen[PS_MAX_KIND];      /* records CUPTI delivered, per kind */
+static uint64_t g_kept[PS_MAX_KIND];      /* records copied into a bucket, per kind */
+static uint8_t g_api_mask[2][PS_MAX_CBID]; /* [0] driver, [1] runtime: 1 = keep */
+static int g_api_filter = 0;
+static uint64_t g_api_filtered = 0;
+static uint64_t g_dropped_cupti = 0;      /* cuptiActivityGetNumDroppedRecords */
+static uint64_t g_dropped_sink = 0;       /* records not kept because the sink was full */
+static uint64_t g_buffers_done = 0, g_buffers_null = 0, g_valid_bytes = 0;
+static uint64_t g_cb_ns = 0;              /* time spent in buffer_completed */
+static uint64_t g_cb_ns_max = 0;
+static size_t g_buf_size = 8u << 20;
+static size_t g_max_outstanding = 64;     /* buffers CUPTI may hold at once */
+static size_t g_outstanding = 0;
+static size_t g_bucket_limit = (size_t)1 << 30; /* all buckets together, bytes */
+static size_t g_bucket_bytes = 0;
+static char g_error[512];
+
+/* free list of CUPTI buffers (reused instead of malloc/free per buffer) */
+#define PS_POOL 16
+static uint8_t *g_pool[PS_POOL];
+static int g_pool_n = 0;
+
+/* ---- string table: open addressing on FNV-1a; ids are dense and never reused ---- */
+static char *g_blob = NULL;       /* all strings, NUL-terminated, in id order */
+static size_t g_blob_len = 0, g_blob_cap = 0, g_blob_taken = 0;
+static uint64_t *g_slot_hash = NULL; /* 0 = empty */
+static uint32_t *g_slot_id = NULL;
+static size_t *g_str_off = NULL;  /* id -> offset in g_blob */
+static size_t g_nstr = 0, g_str_cap = 0, g_slots = 0;
+
+static uint64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static uint64_t fnv1a(const char *s, size_t *len) {
+    uint64_t h = 1469598103934665603ull;
+    const unsigned char *p = (const unsigned char *)s;
+    while (*p) { h ^= *p++; h *= 1099511628211ull; }
+    *len = (size_t)((const char *)p - s);
+    return h ? h : 1;
+}
+
+static int grow(void **p, size_t *cap, size_t need, size_t elem) {
+    if (need <= *cap) return 0;
+    size_t ncap = *cap ? *cap : 1024;
+    while (ncap < need) ncap *= 2;
+    void *q = realloc(*p, ncap * elem);
+    if (!q) return -1;
+    *p = q;
+    *cap = ncap;
+    return 0;
+}
+
+static int rehash(size_t nslots) {
+    uint64_t *h = calloc(nslots, sizeof *h);
+    uint32_t *id = calloc(nslots, sizeof *id);
+    if (!h || !id) { free(h); free(id); return -1; }
+    for (size_t i = 0; i < g_slots; i++) {
+        if (!g_slot_hash[i]) continue;
+        size_t j = g_slot_hash[i] & (nslots - 1);
+        while (h[j]) j = (j + 1) & (nslots - 1);
+        h[j] = g_slot_hash[i];
+        id[j] = g_slot_id[i];
+    }
+    free(g_slot_hash); free(g_slot_id);
+    g_slot_hash = h; g_slot_id = id; g_slots = nslots;
+    return 0;
+}
+
+/* Return id + 1 of string s (0 for NULL or when out of memory). */
+static uint64_t intern(const char *s) {
+    if (!s) return 0;
+    size_t len;
+    uint64_t h = fnv1a(s, &len);
+    if ((g_nstr + 1) * 2 > g_slots && rehash(g_slots ? g_slots * 2 : 1024) != 0) return 0;
+    size_t j = h & (g_slots - 1);
+    while (g_slot_hash[j]) {
+        if (g_slot_hash[j] == h) {
+            uint32_t id = g_slot_id[j];
+            if (strcmp(g_blob + g_str_off[id], s) == 0) return (uint64_t)id + 1;
+        }
+        j = (j + 1) & (g_slots - 1);
+    }
+    if (grow((void **)&g_blob, &g_blob_cap, g_blob_len + len + 1, 1) != 0) return 0;
+    if (grow((void **)&g_str_off, &g_str_cap, g_nstr + 1, sizeof *g_str_off) != 0) return 0;
+    memcpy(g_blob + g_blob_len, s, len + 1);
+    g_str_off[g_nstr] = g_blob_len;
+    g_blob_len += len + 1;
+    g_slot_hash[j] = h;
+    g_slot_id[j] = (uint32_t)g_nstr;
+    return (uint64_t)(g_nstr++) + 1;
+}
+
+/* Copy one record into its bucket (caller holds g_mu). */
+static void keep_record(const uint8_t *rec) {
+    int32_t kind;
+    memcpy(&kind, rec, sizeof kind);
+    if (kind <= 0 || kind >= PS_MAX_KIND) return;
+    g_seen[kind]++;
+    bucket_t *b = &g_bucket[kind];
+    if (!b->enabled) return;
+    if (g_api_filter && (kind == PS_KIND_DRIVER || kind == PS_KIND_RUNTIME)) {
+        uint32_t cbid;
+        memcpy(&cbid, rec + 4, sizeof cbid);
+        if (cbid >= PS_MAX_CBID || !g_api_mask[kind == PS_KIND_RUNTIME][cbid]) {
+            g_api_filtered++;
+            return;
+        }
+    }
+    if (g_bucket_bytes + b->rec_size > g_bucket_limit ||
+        grow((void **)&b->data, &b->cap, b->len + b->rec_size, 1) != 0) {
+        g_dropped_sink++;
+        return;
+    }
+    uint8_t *dst = b->data + b->len;
+    memcpy(dst, rec, b->rec_size);
+    for (int i = 0; i < b->nstr; i++) {
+        const char *s;
+        memcpy(&s, rec + b->str_off[i], sizeof s);
+        uint64_t id = intern(s);
+        memcpy(dst + b->str_off[i], &id, sizeof id);
+    }
+    b->len += b->rec_size;
+    g_bucket_bytes += b->rec_size;
+    g_kept[kind]++;
+}
+
+/* Test-only walker, used when no libcupti is loaded: records laid end to end, each
+ * padded to 8 bytes, of kinds whose size was configured. */
+static CUptiResult walk_plain(uint8_t *buf, size_t valid, void **rec) {
+    uint8_t *p = *rec ? (uint8_t *)*rec : buf;
+    if (*rec) {
+        int32_t kind;
+        memcpy(&kind, p, sizeof kind);
+        if (kind <= 0 || kind >= PS_MAX_KIND || !g_bucket[kind].rec_size) return 1;
+        p += (g_bucket[kind].rec_size + 7) & ~(size_t)7;
+    }
+    if ((size_t)(p - buf) + 4 > valid) return 1;
+    *rec = p;
+    return 0;
+}
+
+static void buffer_requested(uint8_t **buffer, size_t *size, size_t *max_records) {
+    pthread_mutex_lock(&g_mu);
+    uint8_t *b = NULL;
+    if (g_outstanding < g_max_outstanding) {
+        b = g_pool_n ? g_pool[--g_pool_n] : aligned_alloc(8, g_buf_size);
+        if (b) g_outstanding++;
+    }
+    if (!b) g_buffers_null++; /* CUPTI drops records and counts them as dropped */
+    pthread_mutex_unlock(&g_mu);
+    *buffer = b;
+    *size = b ? g_buf_size : 0;
+    *max_records = 0;
+}
+
+static void process(void *ctx, uint32_t stream, uint8_t *buffer, size_t valid, int use_cupti) {
+    void *rec = NULL;
+    if (use_cupti) {
+        while (p_next(buffer, valid, &rec) == 0) keep_record((const uint8_t *)rec);
+    } else {
+        while (walk_plain(buffer, valid, &rec) == 0) keep_record((const uint8_t *)rec);
+    }
+    if (use_cupti && p_dropped) {
+        size_t dropped = 0;
+        if (p_dropped(ctx, stream, &dropped) == 0) g_dropped_cupti += dropped;
+    }
+    g_buffers_done++;
+    g_valid_bytes += valid;
+}
+
+static void buffer_completed(void *ctx, uint32_t stream, uint8_t *buffer, size_t size, size_t valid) {
+    (void)size;
+    uint64_t t0 = now_ns();
+    pthread_mutex_lock(&g_mu);
+    if (buffer) {
+        process(ctx, stream, buffer, valid, 1);
+        if (g_outstanding) g_outstanding--;
+        if (g_pool_n < PS_POOL) g_pool[g_pool_n++] = buffer;
+        else free(buffer);
+    }
+    uint64_t dt = now_ns() - t0;
+    g_cb_ns += dt;
+    if (dt > g_cb_ns_max) g_cb_ns_max = dt;
+    pthread_mutex_unlock(&g_mu);
+}
+
+/* ------------------------------------ exported API ------------------------------------ */
+
+/* Resolve CUPTI entry points from `path` (already loaded by cupti-python, so dlopen
+ * returns the same handle).  Returns 0, or -1 with ps_error() set. */
+PS_EXPORT int ps_open(const char *path) {
+    void *h = dlopen(path, RTLD_NOW | RTLD_GLOBAL | RTLD_NOLOAD);
+    if (!h) h = dlopen(path, RTLD_NOW | RTLD_GLOBAL);
+    if (!h) {
+        snprintf(g_error, sizeof g_error, "dlopen(%s) failed: %s", path, dlerror());
+        return -1;
+    }
+    p_register = (CUptiResult(*)(ps_req_fn, ps_done_fn))dlsym(h, "cuptiActivityRegisterCallbacks");
+    p_next = (CUptiResult(*)(uint8_t *, size_t, void **))dlsym(h, "cuptiActivityGetNextRecord");
+    p_dropped = (CUptiResult(*)(void *, uint32_t, size_t *))dlsym(h, "cuptiActivityGetNumDroppedRecords");
+    p_flush_all = (CUptiResult(*)(uint32_t))dlsym(h, "cuptiActivityFlushAll");
+    p_timestamp = (CUptiResult(*)(uint64_t *))dlsym(h, "cuptiGetTimestamp");
+    if (!p_register || !p_next || !p_flush_all) {
+        snprintf(g_error, sizeof g_error, "%s lacks cuptiActivityRegisterCallbacks/GetNextRecord/FlushAll", path);
+        p_register = NULL; p_next = NULL; p_flush_all = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+PS_EXPORT const char *ps_error(void) { return g_error; }
+
+/* Keep records of CUPTI kind `kind`, copying `rec_size` bytes each; `str_off0/1` are the
+ * offsets of string-pointer fields (negative = none). */
+PS_EXPORT int ps_configure(int kind, size_t rec_size, long str_off0, long str_off1) {
+    if (kind <= 0 || kind >= PS_MAX_KIND || rec_size < 8) return -1;
+    pthread_mutex_lock(&g_mu);
+    bucket_t *b = &g_bucket[kind];
+    b->enabled = 1;
+    b->rec_size = rec_size;
+    b->nstr = 0;
+    if (str_off0 >= 0) b->str_off[b->nstr++] = (size_t)str_off0;
+    if (str_off1 >= 0) b->str_off[b->nstr++] = (size_t)str_off1;
+    pthread_mutex_unlock(&g_mu);
+    return 0;
+}
+
+/* API records are kept only where mask[cbid] != 0 (runtime: which=1, driver: which=0). */
+PS_EXPORT void ps_set_api_filter(int which, const uint8_t *mask, size_t n) {
+    pthread_mutex_lock(&g_mu);
+    if (n > PS_MAX_CBID) n = PS_MAX_CBID;
+    memset(g_api_mask[which ? 1 : 0], 0, PS_MAX_CBID);
+    memcpy(g_api_mask[which ? 1 : 0], mask, n);
+    g_api_filter = 1;
+    pthread_mutex_unlock(&g_mu);
+}
+
+PS_EXPORT void ps_set_limits(size_t buf_size, size_t max_outstanding, size_t bucket_limit) {
+    pthread_mutex_lock(&g_mu);
+    if (buf_size) g_buf_size = (buf_size + 7) & ~(size_t)7;
+    if (max_outstanding) g_max_outstanding = max_outstanding;
+    if (bucket_limit) g_bucket_limit = bucket_limit;
+    pthread_mutex_unlock(&g_mu);
+}
+
+/* Register the buffer callbacks with CUPTI.  Returns the CUptiResult. */
+PS_EXPORT int ps_register(void) {
+    if (!p_register) { snprintf(g_error, sizeof g_error, "ps_open() was not called"); return -1; }
+    return p_register(buffer_requested, buffer_completed);
+}
+
+/* cuptiActivityFlushAll(flag); completed buffers are processed on this thread. */
+PS_EXPORT int ps_flush(uint32_t flag) {
+    if (!p_flush_all) return -1;
+    return p_flush_all(flag);
+}
+
+PS_EXPORT int ps_timestamp(uint64_t *out) {
+    if (!p_timestamp) return -1;
+    return p_timestamp(out);
+}
+
+/* Bytes waiting in kind's bucket. */
+PS_EXPORT size_t ps_pending(int kind) {
+    if (kind <= 0 || kind >= PS_MAX_KIND) return 0;
+    pthread_mutex_lock(&g_mu);
+    size_t n = g_bucket[kind].len;
+    pthread_mutex_unlock(&g_mu);
+    return n;
+}
+
+/* Move up to `cap` bytes (whole records) of kind's bucket into dst; returns bytes moved. */
+PS_EXPORT size_t ps_take(int kind, uint8_t *dst, size_t cap) {
+    if (kind <= 0 || kind >= PS_MAX_KIND) return 0;
+    pthread_mutex_lock(&g_mu);
+    bucket_t *b = &g_bucket[kind];
+    size_t n = b->len < cap ? b->len : cap;
+    if (b->rec_size) n -= n % b->rec_size;
+    memcpy(dst, b->data, n);
+    memmove(b->data, b->data + n, b->len - n);
+    b->len -= n;
+    g_bucket_bytes -= n;
+    pthread_mutex_unlock(&g_mu);
+    return n;
+}
+
+/* Move up to `max_records` whole records of kind's bucket out as columns: field i (at byte
+ * offset offs[i], sizes[i] bytes: 1, 2, 4 or 8) of record j goes to outs[i] + j * sizes[i].
+ * One pass over the records, so each record's cache lines are read once.  Returns the
+ * number of records moved. */
+PS_EXPORT size_t ps_take_columns(int kind, int nf, const size_t *offs, const size_t *sizes, void **outs,
+                                 size_t max_records) {
+    if (kind <= 0 || kind >= PS_MAX_KIND) return 0;
+    pthread_mutex_lock(&g_mu);
+    bucket_t *b = &g_bucket[kind];
+    size_t rs = b->rec_size;
+    size_t n = rs ? b->len / rs : 0;
+    if (n > max_records) n = max_records;
+    for (size_t j = 0; j < n; j++) {
+        const uint8_t *rec = b->data + j * rs;
+        for (int i = 0; i < nf; i++) {
+            const uint8_t *src = rec + offs[i];
+            switch (sizes[i]) {
+            case 8: memcpy((uint8_t *)outs[i] + j * 8, src, 8); break;
+            case 4: memcpy((uint8_t *)outs[i] + j * 4, src, 4); break;
+            case 2: memcpy((uint8_t *)outs[i] + j * 2, src, 2); break;
+            default: memcpy((uint8_t *)outs[i] + j * sizes[i], src, sizes[i]); break;
+            }
+        }
+    }
+    size_t bytes = n * rs;
+    memmove(b->data, b->data + bytes, b->len - bytes);
+    b->len -= bytes;
+    g_bucket_bytes -= bytes;
+    pthread_mutex_unlock(&g_mu);
+    return n;
+}
+
+/* Strings added since the last ps_take_strings(): returns their byte length. */
+PS_EXPORT size_t ps_strings_pending(void) {
+    pthread_mutex_lock(&g_mu);
+    size_t n = g_blob_len - g_blob_taken;
+    pthread_mutex_unlock(&g_mu);
+    return n;
+}
+
+/* Copy new strings (NUL-separated, in id order) into dst; returns bytes copied and the
+ * id of the first one in *first_id.  Only whole strings are copied. */
+PS_EXPORT size_t ps_take_strings(char *dst, size_t cap, uint64_t *first_id) {
+    pthread_mutex_lock(&g_mu);
+    size_t n = g_blob_len - g_blob_taken;
+    if (n > cap) {
+        n = cap;
+        while (n && g_blob[g_blob_taken + n - 1] != '\0') n--;
+    }
+    size_t lo = 0, hi = g_nstr; /* first id whose offset >= g_blob_taken */
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (g_str_off[mid] < g_blob_taken) lo = mid + 1; else hi = mid;
+    }
+    *first_id = lo;
+    memcpy(dst, g_blob + g_blob_taken, n);
+    g_blob_taken += n;
+    pthread_mutex_unlock(&g_mu);
+    return n;
+}
+
+/* Counters: out[0..63] seen per kind, out[64..127] kept per kind, then dropped_cupti,
+ * dropped_sink, api_filtered, buffers_done, buffers_null, valid_bytes, callback_ns,
+ * callback_ns_max, outstanding, strings.  Returns the number of values written. */
+PS_EXPORT int ps_stats(uint64_t *out, int n) {
+    uint64_t v[2 * PS_MAX_KIND + 10];
+    pthread_mutex_lock(&g_mu);
+    memcpy(v, g_seen, sizeof g_seen);
+    memcpy(v + PS_MAX_KIND, g_kept, sizeof g_kept);
+    uint64_t *t = v + 2 * PS_MAX_KIND;
+    t[0] = g_dropped_cupti; t[1] = g_dropped_sink; t[2] = g_api_filtered;
+    t[3] = g_buffers_done; t[4] = g_buffers_null; t[5] = g_valid_bytes;
+    t[6] = g_cb_ns; t[7] = g_cb_ns_max; t[8] = g_outstanding; t[9] = g_nstr;
+    pthread_mutex_unlock(&g_mu);
+    int m = n < (int)(sizeof v / sizeof v[0]) ? n : (int)(sizeof v / sizeof v[0]);
+    memcpy(out, v, (size_t)m * sizeof v[0]);
+    return m;
+}
+
+/* Forget configuration, buckets and counters (the string table stays: ids are global). */
+PS_EXPORT void ps_reset(void) {
+    pthread_mutex_lock(&g_mu);
+    for (int k = 0; k < PS_MAX_KIND; k++) {
+        g_bucket_bytes -= g_bucket[k].len;
+        g_bucket[k].len = 0;
+        g_bucket[k].enabled = 0;
+    }
+    memset(g_seen, 0, sizeof g_seen);
+    memset(g_kept, 0, sizeof g_kept);
+    g_api_filter = 0;
+    g_api_filtered = g_dropped_cupti = g_dropped_sink = 0;
+    g_buffers_done = g_buffers_null = g_valid_bytes = g_cb_ns = g_cb_ns_max = 0;
+    pthread_mutex_unlock(&g_mu);
+}
+
+/* Process a buffer as if CUPTI had completed it, walking records end to end (tests). */
+PS_EXPORT void ps_feed_plain(uint8_t *buffer, size_t valid) {
+    pthread_mutex_lock(&g_mu);
+    process(NULL, 0, buffer, valid, 0);
+    pthread_mutex_unlock(&g_mu);
+}

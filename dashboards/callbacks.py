@@ -1,0 +1,258 @@
+"""The dashboard's callbacks: plain functions, plus :func:`register` that wires them to Dash.
+
+Each ``*`` function below takes the served :class:`~perfscope.dashboards.data.DashboardData`
+and the values Dash passes in, and returns what Dash should set, with ``None`` meaning
+"leave it as it is" (``register`` turns it into ``dash.no_update``).  So tests call them
+directly, without a server or a browser.
+
+The browser only ever sends run *indices*, ranks, steps and table filters; they are
+validated here, and no value it sends becomes a path.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import dash
+import plotly.graph_objects as go
+from dash import ALL, Input, Output, State, ctx, html
+
+from perfscope.dashboards import figures, layout, tables
+from perfscope.dashboards.data import DashboardData, RunData, timeline_events
+from perfscope.errors import UsageError
+
+TIMELINE_WIDTH_PX = 1400
+TIMELINE_MAX_BOXES = 2000
+
+
+def _selection(rd: RunData, selection: dict[str, Any] | None) -> dict[str, Any]:
+    """``selection`` if it belongs to this run and names a step it has, else the default."""
+    if not selection or selection.get("run") != rd.index:
+        return layout.default_selection(rd)
+    s = rd.steps
+    ok = not s[(s["rank"] == selection.get("rank")) & (s["step"] == selection.get("step"))].empty
+    return selection if ok else layout.default_selection(rd)
+
+
+def render_tab(data: DashboardData, tab: str, run: Any, selection: dict[str, Any] | None) -> Any:
+    """Content of tab ``tab`` for run ``run`` (Timeline opens on ``selection``)."""
+    if tab == "compare":
+        return layout.compare(data) if len(data) >= 2 else dash_text("Compare needs two runs: "
+                                                                      "perfscope dashboard BASE NEW")
+    rd = data.get(run)
+    if tab == "ranks":
+        return layout.ranks(rd)
+    if tab == "timeline":
+        sel = _selection(rd, selection)
+        return layout.timeline(rd, sel, timeline_figure(data, rd.index, sel.get("rank"), sel.get("step")))
+    if tab == "collectives":
+        return layout.collectives(rd)
+    if tab == "kernels":
+        return layout.kernels(rd)
+    return layout.overview(rd)
+
+
+def dash_text(text: str) -> Any:
+    """A paragraph of plain text."""
+    return html.P(text)
+
+
+def pick(data: DashboardData, run: Any, graph: str | None, click: dict[str, Any] | None,
+         selection: dict[str, Any] | None) -> tuple[dict[str, Any], str] | None:
+    """A click on a bar or heatmap cell: the new selection and the Timeline tab.
+
+    Args:
+        graph: which graph was clicked: ``steps`` (bucket bars per step), ``ranks`` (per
+            rank), ``heat-wall`` / ``heat-sync`` (rank x step cells), ``stragglers``.
+        click: Dash ``clickData`` (``{"points": [{"x", "y", "customdata", ...}]}``).
+
+    Returns:
+        (selection ``{"run", "rank", "step"}``, ``"timeline"``), or None when the click
+        holds no usable point.
+    """
+    if not click or not click.get("points") or graph is None:
+        return None
+    rd = data.get(run)
+    sel = dict(_selection(rd, selection))
+    point = click["points"][0]
+    try:
+        if graph == "steps":
+            sel["step"] = int(point.get("customdata", point.get("x")))
+        elif graph == "ranks":
+            sel["rank"] = int(point["customdata"]) if "customdata" in point else _rank_of(point.get("x"))
+        elif graph in ("heat-wall", "heat-sync"):
+            sel["step"], sel["rank"] = int(point["x"]), _rank_of(point["y"])
+        elif graph == "stragglers":
+            sel["rank"] = _rank_of(point["y"])
+        else:
+            return None
+    except (KeyError, TypeError, ValueError):
+        return None
+    s = rd.steps
+    mine = s[s["rank"] == sel["rank"]]
+    if mine.empty:
+        return None
+    if sel["step"] not in set(mine["step"]):
+        sel["step"] = int(mine["step"].iloc[0])  # that rank lacks the step: open its first one
+    sel["run"] = rd.index
+    return sel, "timeline"
+
+
+def _rank_of(label: Any) -> int:
+    """``rank 3`` or ``3`` -> 3."""
+    text = str(label)
+    return int(text.split()[-1])
+
+
+def timeline_figure(data: DashboardData, run: Any, rank: Any, step: Any,
+                    window: tuple[int, int] | None = None) -> go.Figure:
+    """The Timeline figure of ``step`` on ``rank``, optionally zoomed to ``window`` (ns)."""
+    rd = data.get(run)
+    if rank is None or step is None:
+        return figures.empty_figure("this run has no steps to show")
+    try:
+        t0, t1 = rd.step_window(int(rank), int(step))
+    except UsageError as e:
+        return figures.empty_figure(str(e))
+    w0, w1 = window if window else (t0, t1)
+    events = timeline_events(rd.run, int(rank), w0, w1)
+    return figures.timeline_figure(events, w0, w1, title=f"rank {int(rank)}, step {int(step)}",
+                                   width_px=TIMELINE_WIDTH_PX, max_boxes=TIMELINE_MAX_BOXES, origin_ns=t0)
+
+
+def zoom_window(rd: RunData, rank: int, step: int, relayout: dict[str, Any] | None) -> tuple[int, int] | None:
+    """The ns window a plotly ``relayoutData`` zoom asks for (x in ms since step start).
+
+    Returns:
+        (t0, t1) clipped to the step, the whole step on an autorange (double click), or
+        None when the relayout is not an x zoom.
+    """
+    if not relayout:
+        return None
+    t0, t1 = rd.step_window(rank, step)
+    if relayout.get("xaxis.autorange"):
+        return t0, t1
+    if "xaxis.range[0]" in relayout and "xaxis.range[1]" in relayout:
+        x0, x1 = relayout["xaxis.range[0]"], relayout["xaxis.range[1]"]
+    elif isinstance(relayout.get("xaxis.range"), list) and len(relayout["xaxis.range"]) == 2:
+        x0, x1 = relayout["xaxis.range"]
+    else:
+        return None
+    try:
+        a, b = sorted((t0 + int(float(x0) * 1e6), t0 + int(float(x1) * 1e6)))
+    except (TypeError, ValueError):
+        return None
+    a, b = max(a, t0), min(b, t1)
+    return (a, b) if b > a else (t0, t1)
+
+
+def timeline_update(data: DashboardData, run: Any, rank: Any, step: Any, relayout: dict[str, Any] | None,
+                    trigger: str | None) -> tuple[Any, Any, Any, Any] | None:
+    """Rank, step or zoom changed on the Timeline tab.
+
+    Returns:
+        (figure, step options, step value, selection); None entries mean no change; None as
+        a whole when nothing should change (a relayout that is not an x zoom).
+    """
+    rd = data.get(run)
+    if rank is None:
+        return None
+    rank = int(rank)
+    if trigger == "tl-graph":
+        if step is None:
+            return None
+        window = zoom_window(rd, rank, int(step), relayout)
+        if window is None:
+            return None
+        return timeline_figure(data, rd.index, rank, int(step), window), None, None, None
+    options = layout.step_options(rd, rank)
+    values = [o["value"] for o in options]
+    new_step = step if step in values else (values[0] if values else None)
+    sel = {"run": rd.index, "rank": rank, "step": new_step}
+    fig = timeline_figure(data, rd.index, rank, new_step)
+    return fig, (options if trigger == "tl-rank" else None), (new_step if new_step != step else None), sel
+
+
+def kernel_table(data: DashboardData, run: Any, rank: Any) -> tuple[list[dict[str, Any]], str, list[dict[str, Any]]]:
+    """Kernels table rows, note and name tooltips for the rank filter (``all`` or a rank)."""
+    rd = data.get(run)
+    rows, total = tables.kernel_rows(rd.analysis.kernels, rank)
+    return rows, layout.table_note(len(rows), total, "kernel rows"), tables.name_tooltips(rows)
+
+
+def collective_table(data: DashboardData, run: Any, rank: Any) -> tuple[list[dict[str, Any]], str]:
+    """Collectives table rows and note for the rank filter (``all`` or a rank)."""
+    rd = data.get(run)
+    rows, total = tables.collective_rows(rd.analysis.collectives, rank)
+    return rows, layout.table_note(len(rows), total, "collectives")
+
+
+def compare_update(data: DashboardData, a: Any, b: Any) -> list[Any]:
+    """Compare body for base run ``a`` and new run ``b``."""
+    return layout.compare_body(data, a, b)
+
+
+# -- wiring --------------------------------------------------------------------------------
+
+def _nu(value: Any) -> Any:
+    return dash.no_update if value is None else value
+
+
+def register(app: dash.Dash, data: DashboardData) -> None:
+    """Attach every callback of the dashboard to ``app``, serving ``data``."""
+
+    @app.callback(Output("tab-content", "children"), Input("tabs", "value"), Input("run", "value"),
+                  State("selection", "data"), prevent_initial_call=True)  # the page holds the first Overview
+    def _render_tab(tab: str, run: Any, selection: dict[str, Any] | None) -> Any:
+        return render_tab(data, tab, run, selection)
+
+    @app.callback(Output("selection", "data"), Output("tabs", "value"),
+                  Input({"type": "pick", "name": ALL}, "clickData"), State("run", "value"),
+                  State("selection", "data"), prevent_initial_call=True)
+    def _pick(clicks: list[Any], run: Any, selection: dict[str, Any] | None) -> Any:
+        trig = ctx.triggered_id
+        if not isinstance(trig, dict):
+            return dash.no_update, dash.no_update
+        click = None
+        for item, value in zip(ctx.inputs_list[0], clicks):
+            if item["id"] == trig:
+                click = value
+        out = pick(data, run, trig.get("name"), click, selection)
+        return (dash.no_update, dash.no_update) if out is None else out
+
+    @app.callback(Output("tl-graph", "figure"), Output("tl-step", "options"), Output("tl-step", "value"),
+                  Output("selection", "data", allow_duplicate=True),
+                  Input("tl-rank", "value"), Input("tl-step", "value"), Input("tl-graph", "relayoutData"),
+                  State("run", "value"), prevent_initial_call=True)
+    def _timeline(rank: Any, step: Any, relayout: Any, run: Any) -> Any:
+        trig = ctx.triggered_id if isinstance(ctx.triggered_id, str) else None
+        if trig is None:  # inserted with the tab, whose figure render_tab already built
+            return (dash.no_update,) * 4
+        out = timeline_update(data, run, rank, step, relayout, trig)
+        if out is None:
+            return (dash.no_update,) * 4
+        return tuple(_nu(v) for v in out)
+
+    @app.callback(Output("k-table", "data"), Output("k-note", "children"), Output("k-table", "tooltip_data"),
+                  Input("k-rank", "value"), State("run", "value"), prevent_initial_call=True)
+    def _kernels(rank: Any, run: Any) -> Any:
+        if ctx.triggered_id is None:
+            return dash.no_update, dash.no_update, dash.no_update
+        return kernel_table(data, run, rank)
+
+    @app.callback(Output("c-table", "data"), Output("c-note", "children"), Input("c-rank", "value"),
+                  State("run", "value"), prevent_initial_call=True)
+    def _collectives(rank: Any, run: Any) -> Any:
+        if ctx.triggered_id is None:
+            return dash.no_update, dash.no_update
+        return collective_table(data, run, rank)
+
+    @app.callback(Output("cmp-body", "children"), Input("cmp-a", "value"), Input("cmp-b", "value"),
+                  prevent_initial_call=True)
+    def _compare(a: Any, b: Any) -> Any:
+        if ctx.triggered_id is None:
+            return dash.no_update
+        return compare_update(data, a, b)
+
+
+__all__ = ["render_tab", "pick", "timeline_figure", "timeline_update", "zoom_window", "kernel_table",
+           "collective_table", "compare_update", "register"]

@@ -1,0 +1,329 @@
+"""The dashboard's page and the content of each tab, built from a loaded run.
+
+Every builder is a plain function (data in, Dash components out).  Untrusted names go only
+into component children and DataTable cells, which React renders as text; nothing here
+uses ``dangerously_allow_html`` or Markdown.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from dash import dash_table, dcc, html
+
+from perfscope.dashboards import figures, tables
+from perfscope.dashboards.data import DashboardData, RunData
+
+TABS: tuple[tuple[str, str], ...] = (
+    ("overview", "Overview"), ("ranks", "Ranks"), ("timeline", "Timeline"),
+    ("collectives", "Collectives"), ("kernels", "Kernels"), ("compare", "Compare"),
+)
+GRAPH_CONFIG: dict[str, Any] = {"displaylogo": False, "responsive": True}
+_CARD = {"border": "1px solid #ddd", "borderRadius": "6px", "padding": "10px 14px", "margin": "8px 0"}
+_TABLE_STYLE: dict[str, Any] = dict(
+    style_table={"overflowX": "auto"},
+    style_cell={"fontFamily": "ui-monospace, monospace", "fontSize": "13px", "textAlign": "left",
+                "maxWidth": "520px", "overflow": "hidden", "textOverflow": "ellipsis", "whiteSpace": "nowrap"},
+    style_header={"fontWeight": "bold", "backgroundColor": "#f3f3f3"},
+
+    tooltip_delay=300, tooltip_duration=None,
+)
+
+
+def fmt_ms(ns: float | int | None) -> str:
+    """``12.345 ms`` (or ``n/a``) from nanoseconds."""
+    if ns is None or (isinstance(ns, float) and np.isnan(ns)):
+        return "n/a"
+    return f"{ns / 1e6:,.3f} ms"
+
+
+def median_step_ns(steps: pd.DataFrame) -> float | None:
+    """Median of ``wall_ns`` over every (rank, step) row, or None without steps."""
+    if steps.empty:
+        return None
+    return float(steps["wall_ns"].median())
+
+
+def default_selection(rd: RunData) -> dict[str, Any]:
+    """The (rank, step) the Timeline opens on: the first rank's median-length step."""
+    s = rd.steps
+    if s.empty:
+        return {"run": rd.index, "rank": None, "step": None}
+    rank = int(s["rank"].min())
+    mine = s[s["rank"] == rank]
+    med = mine["wall_ns"].median()
+    step = int(mine.loc[(mine["wall_ns"] - med).abs().idxmin(), "step"])
+    return {"run": rd.index, "rank": rank, "step": step}
+
+
+# -- page ----------------------------------------------------------------------------------
+
+def page(data: DashboardData) -> html.Div:
+    """The whole page: header with run picker, tabs, tab content and the selection store.
+
+    The Overview of the first run is part of the page itself (no callback round trip
+    before the first screen); other tabs are filled by the ``render_tab`` callback, so each
+    costs only when opened.
+    """
+    options = [{"label": label, "value": i} for i, label in enumerate(data.labels)]
+    tabs = [dcc.Tab(label=label, value=value, id=f"tab-{value}") for value, label in TABS
+            if value != "compare" or len(data) >= 2]
+    return html.Div([
+        html.Div([
+            html.H2("perfscope", style={"margin": "0 16px 0 0", "display": "inline-block"}),
+            html.Span("run: ", style={"marginRight": "6px"}),
+            html.Div(dcc.Dropdown(id="run", options=options, value=0, clearable=False),
+                     style={"display": "inline-block", "width": "420px", "verticalAlign": "middle"}),
+        ], style={"display": "flex", "alignItems": "center", "padding": "8px 0"}),
+        dcc.Tabs(id="tabs", value="overview", children=tabs),
+        dcc.Loading(html.Div(overview(data.get(0)), id="tab-content", style={"padding": "8px 4px"}),
+                    type="default", delay_show=300),
+        dcc.Store(id="selection", data=None),
+    ], style={"fontFamily": "system-ui, sans-serif", "margin": "0 18px"})
+
+
+# -- overview ------------------------------------------------------------------------------
+
+def _facts(rd: RunData) -> list[tuple[str, str]]:
+    meta, steps = rd.analysis.meta or rd.run.meta, rd.steps
+    rank_meta: list[dict[str, Any]] = list(rd.run.meta.get("ranks", []))
+    gpus = Counter(str((r.get("gpu") or {}).get("name", "unknown")) for r in rank_meta if r.get("gpu"))
+    hosts = sorted({str(r.get("host")) for r in rank_meta if r.get("host")})
+    versions: dict[str, set[str]] = {}
+    for r in rank_meta:
+        for k, v in (r.get("versions") or {}).items():
+            if v not in (None, ""):
+                versions.setdefault(str(k), set()).add(str(v))
+    n_steps = int(steps["step"].nunique()) if not steps.empty else 0
+    facts = [
+        ("run", rd.label),
+        ("status", str(rd.run.status)),
+        ("source", str(meta.get("source", "unknown"))),
+        ("ranks", f"{len(rd.run.ranks)}" + (f" of world size {meta['world_size']}" if meta.get("world_size") else "")),
+        ("hosts", ", ".join(hosts) if hosts else "unknown"),
+        ("GPUs", ", ".join(f"{n} x {name}" for name, n in gpus.most_common()) or "unknown"),
+        ("versions", "; ".join(f"{k} {' / '.join(sorted(v))}" for k, v in sorted(versions.items())) or "unknown"),
+        ("steps", f"{n_steps} steps"),
+        ("median step time", fmt_ms(median_step_ns(steps))),
+        ("events", f"{sum(v for k, v in rd.row_counts.items() if k not in ('steps', 'metrics')):,}"),
+    ]
+    return facts
+
+
+def _findings(rd: RunData) -> list[str]:
+    out = [f"{r.title}: {r.message}" for r in rd.analysis.recommendations if r.bucket == "environment"]
+    out += [str(w) for w in rd.analysis.warnings]
+    for r in rd.run.meta.get("ranks", []):
+        for w in r.get("warnings") or []:
+            out.append(f"rank {r.get('rank')}: {w}")
+        dropped = {k: v for k, v in (r.get("dropped_events") or {}).items() if v}
+        if dropped:
+            out.append(f"rank {r.get('rank')} dropped events: " + ", ".join(f"{k}={v}" for k, v in dropped.items()))
+    return out
+
+
+def _evidence(ev: dict[str, Any]) -> str:
+    parts = []
+    for k, v in ev.items():
+        parts.append(f"{k} = {v:.4g}" if isinstance(v, float) else f"{k} = {v}")
+    return "; ".join(parts)
+
+
+def recommendation_cards(rd: RunData, top: int = 5) -> list[html.Div]:
+    """One card per top recommendation: title, message, evidence, saving, the change to try."""
+    recs = [r for r in rd.analysis.recommendations if r.bucket != "environment"][:top]
+    if not recs:
+        return [html.P("No recommendation fired for this run.", className="muted")]
+    cards = []
+    for r in recs:
+        saving = f"saves about {fmt_ms(r.saving_ns)} per step ({100 * r.saving_share:.1f}%)"
+        body: list[Any] = [
+            html.Div([html.B(r.title), html.Span(f"  [{r.bucket}] {saving}", style={"color": "#555"})]),
+            html.P(r.message, style={"margin": "4px 0"}),
+        ]
+        if r.evidence:
+            body.append(html.Div(["evidence: ", html.Code(_evidence(r.evidence))], style={"fontSize": "13px"}))
+        if r.change:
+            body.append(html.Div(["try: ", html.Code(r.change)], style={"fontSize": "13px", "marginTop": "2px"}))
+        if r.ranks:
+            body.append(html.Div(f"ranks: {', '.join(map(str, r.ranks))}", style={"fontSize": "13px"}))
+        cards.append(html.Div(body, className="recommendation", style=_CARD))
+    return cards
+
+
+def _pick_graph(name: str, fig: Any) -> dcc.Graph:
+    return dcc.Graph(id={"type": "pick", "name": name}, figure=fig, config=GRAPH_CONFIG)
+
+
+def overview(rd: RunData) -> html.Div:
+    """Overview tab: run facts, environment findings, bucket bars, top recommendations."""
+    facts = html.Table([html.Tr([html.Th(k, style={"textAlign": "left", "paddingRight": "14px"}), html.Td(v)])
+                        for k, v in _facts(rd)], id="run-facts")
+    findings = _findings(rd)
+    env = rd.run.meta.get("environment") or {}
+    env_block = html.Details([
+        html.Summary(f"environment snapshot ({len(env)} entries)"),
+        html.Pre("\n".join(f"{k}={v}" for k, v in sorted(env.items(), key=lambda kv: str(kv[0]))),
+                 style={"fontSize": "12px"}),
+    ]) if env else html.Div()
+    return html.Div([
+        html.Div([
+            html.Div([html.H4("Run"), facts], style={"flex": "1", "minWidth": "380px"}),
+            html.Div([
+                html.H4("Environment findings"),
+                html.Ul([html.Li(f) for f in findings]) if findings else html.P("None."),
+                env_block,
+            ], style={"flex": "1", "minWidth": "380px"}),
+        ], style={"display": "flex", "gap": "24px", "flexWrap": "wrap"}),
+        _pick_graph("steps", figures.bucket_bars_by_step(rd.steps)),
+        _pick_graph("ranks", figures.bucket_bars_by_rank(rd.steps)),
+        html.H4("Top recommendations"),
+        html.Div(recommendation_cards(rd), id="recommendations"),
+    ])
+
+
+# -- ranks ---------------------------------------------------------------------------------
+
+def ranks(rd: RunData) -> html.Div:
+    """Ranks tab: step-time and sync heatmaps, straggler ranking (cells click to Timeline)."""
+    return html.Div([
+        _pick_graph("heat-wall", figures.rank_step_heatmap(rd.steps, "wall_ns")),
+        _pick_graph("heat-sync", figures.rank_step_heatmap(rd.steps, "sync_ns")),
+        _pick_graph("stragglers", figures.straggler_bar(rd.analysis.stragglers)),
+    ])
+
+
+# -- timeline ------------------------------------------------------------------------------
+
+def step_options(rd: RunData, rank: int | None) -> list[dict[str, Any]]:
+    """Dropdown options of the steps that ``rank`` has (label shows its wall time)."""
+    s = rd.steps if rank is None else rd.steps[rd.steps["rank"] == rank]
+    s = s.drop_duplicates("step").sort_values("step")
+    return [{"label": f"step {int(r.step)} ({fmt_ms(r.wall_ns)})", "value": int(r.step)} for r in s.itertuples()]
+
+
+def timeline(rd: RunData, selection: dict[str, Any], figure: Any) -> html.Div:
+    """Timeline tab: rank and step pickers and the lanes figure of that (rank, step)."""
+    rank_opts = [{"label": f"rank {r}", "value": int(r)} for r in sorted(rd.steps["rank"].unique())] \
+        if not rd.steps.empty else []
+    return html.Div([
+        html.Div([
+            html.Span("rank "), html.Div(dcc.Dropdown(id="tl-rank", options=rank_opts, value=selection.get("rank"),
+                                                     clearable=False), style={"width": "160px"}),
+            html.Span("step ", style={"marginLeft": "16px"}),
+            html.Div(dcc.Dropdown(id="tl-step", options=step_options(rd, selection.get("rank")),
+                                  value=selection.get("step"), clearable=False), style={"width": "260px"}),
+            html.Span("Zoom in to see more detail; events narrower than a pixel are merged into "
+                      "\"k events\" boxes on the server.", style={"marginLeft": "16px", "color": "#666",
+                                                                   "fontSize": "13px"}),
+        ], style={"display": "flex", "alignItems": "center"}),
+        dcc.Graph(id="tl-graph", figure=figure, config=GRAPH_CONFIG),
+    ])
+
+
+# -- tables --------------------------------------------------------------------------------
+
+def _rank_filter(id_: str, rd: RunData) -> dcc.Dropdown:
+    opts = [{"label": "all ranks", "value": "all"}] + [{"label": f"rank {r}", "value": int(r)} for r in rd.run.ranks]
+    return dcc.Dropdown(id=id_, options=opts, value="all", clearable=False)
+
+
+def table_note(shown: int, total: int, what: str) -> str:
+    return f"{total:,} {what}" + (f" (showing the {shown:,} longest)" if shown < total else "")
+
+
+def kernels(rd: RunData) -> html.Div:
+    """Kernels tab: per-rank filter and a sortable, filterable table of kernels."""
+    rows, total = tables.kernel_rows(rd.analysis.kernels)
+    return html.Div([
+        html.Div([html.Span("rank "), html.Div(_rank_filter("k-rank", rd), style={"width": "180px"}),
+                  html.Span(table_note(len(rows), total, "kernel rows"), id="k-note", style={"marginLeft": "16px"})],
+                 style={"display": "flex", "alignItems": "center", "marginBottom": "8px"}),
+        dash_table.DataTable(id="k-table", columns=tables.KERNEL_COLUMNS, data=rows, sort_action="native",
+                             tooltip_data=tables.name_tooltips(rows),
+                             filter_action="native", page_action="native", page_size=25,
+                             sort_by=[{"column_id": "total_ms", "direction": "desc"}], **_TABLE_STYLE),
+    ])
+
+
+def collectives(rd: RunData) -> html.Div:
+    """Collectives tab: per-rank filter and a sortable table (duration, bytes, bandwidth)."""
+    rows, total = tables.collective_rows(rd.analysis.collectives)
+    return html.Div([
+        html.Div([html.Span("rank "), html.Div(_rank_filter("c-rank", rd), style={"width": "180px"}),
+                  html.Span(table_note(len(rows), total, "collectives"), id="c-note", style={"marginLeft": "16px"})],
+                 style={"display": "flex", "alignItems": "center", "marginBottom": "8px"}),
+        dash_table.DataTable(id="c-table", columns=tables.COLLECTIVE_COLUMNS, data=rows, sort_action="native",
+                             filter_action="native", page_action="native", page_size=25,
+                             sort_by=[{"column_id": "dur_us", "direction": "desc"}], **_TABLE_STYLE),
+    ])
+
+
+# -- compare -------------------------------------------------------------------------------
+
+def compare(data: DashboardData) -> html.Div:
+    """Compare tab: base and new run pickers; the body is filled by ``compare_body``."""
+    options = [{"label": label, "value": i} for i, label in enumerate(data.labels)]
+    return html.Div([
+        html.Div([
+            html.Span("base "), html.Div(dcc.Dropdown(id="cmp-a", options=options, value=0, clearable=False),
+                                         style={"width": "320px"}),
+            html.Span("new ", style={"marginLeft": "16px"}),
+            html.Div(dcc.Dropdown(id="cmp-b", options=options, value=1 if len(data) > 1 else 0, clearable=False),
+                     style={"width": "320px"}),
+        ], style={"display": "flex", "alignItems": "center"}),
+        html.Div(compare_body(data, 0, 1 if len(data) > 1 else 0), id="cmp-body"),
+    ])
+
+
+def _verdict(cmp: Any) -> list[Any]:
+    """The gating verdict of a ``Comparison`` and its warnings, as text."""
+    out: list[Any] = []
+    rows = cmp.gating_rows
+    if not rows.empty:
+        r = rows.iloc[0]
+        out.append(html.P([html.B(f"verdict: {cmp.verdict}"),
+                           f" ({cmp.metric}: {100 * float(r['change']):+.1f}% of the base median step, "
+                           f"{100 * cmp.confidence:.0f}% interval {100 * float(r['ci_low']):+.1f}% .. "
+                           f"{100 * float(r['ci_high']):+.1f}%; allowed {100 * cmp.max_regression:.0f}%)"],
+                          id="cmp-verdict"))
+    if cmp.warnings:
+        out.append(html.Ul([html.Li(str(w)) for w in cmp.warnings]))
+    return out
+
+
+def compare_body(data: DashboardData, base: Any, new: Any) -> list[Any]:
+    """Median step times, verdict, bucket deltas (median and per step), kernel and
+    collective changes of base run ``base`` and new run ``new`` (indices)."""
+    a, b = data.get(base), data.get(new)
+    ma, mb = median_step_ns(a.steps), median_step_ns(b.steps)
+    change = f" ({100 * (mb - ma) / ma:+.1f}%)" if ma and mb else ""
+    cmp = data.comparison(a.index, b.index)
+    if cmp is not None:
+        kernel_rows = tables.change_rows(cmp.kernels)
+        coll_rows = tables.change_rows(cmp.collectives)
+    else:  # a build without the compare analyzer: plain per-step kernel totals
+        kernel_rows = tables.kernel_changes(a.analysis.kernels, len(a.steps), b.analysis.kernels, len(b.steps))
+        coll_rows = []
+    body: list[Any] = [
+        html.P(f"median step time: base {a.label} {fmt_ms(ma)}, new {b.label} {fmt_ms(mb)}{change}",
+               id="cmp-summary"),
+        *(_verdict(cmp) if cmp is not None else []),
+        dcc.Graph(figure=figures.compare_buckets(a.steps, b.steps, a.label, b.label), config=GRAPH_CONFIG),
+        dcc.Graph(figure=figures.compare_step_deltas(a.steps, b.steps), config=GRAPH_CONFIG),
+        html.H4("Kernels whose time per step changed most"),
+        dash_table.DataTable(id="cmp-kernels", columns=tables.KERNEL_CHANGE_COLUMNS, data=kernel_rows,
+                             tooltip_data=tables.name_tooltips(kernel_rows),
+                             sort_action="native", page_size=20, **_TABLE_STYLE),
+    ]
+    if coll_rows:
+        body += [html.H4("Collectives whose time per step changed most"),
+                 dash_table.DataTable(id="cmp-collectives", columns=tables.COLLECTIVE_CHANGE_COLUMNS, data=coll_rows,
+                                      sort_action="native", page_size=20, **_TABLE_STYLE)]
+    return body
+
+
+__all__ = ["TABS", "page", "overview", "ranks", "timeline", "kernels", "collectives", "compare", "compare_body",
+           "recommendation_cards", "table_note", "default_selection", "step_options", "median_step_ns", "fmt_ms"]

@@ -1,0 +1,201 @@
+"""Rows for the dashboard's tables, shaped from analyzer outputs (pure functions).
+
+Values stay plain Python scalars and strings; ``dash_table.DataTable`` shows every cell as
+text, so untrusted names (kernels, communicators) need no escaping here.  Tables are capped
+so that a run with millions of events never ships millions of rows to the browser.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+KERNEL_COLUMNS: list[dict[str, Any]] = [
+    {"name": "rank", "id": "rank", "type": "numeric"},
+    {"name": "kernel", "id": "name", "type": "text"},
+    {"name": "kind", "id": "kind", "type": "text"},
+    {"name": "count", "id": "count", "type": "numeric"},
+    {"name": "total ms", "id": "total_ms", "type": "numeric"},
+    {"name": "mean µs", "id": "mean_us", "type": "numeric"},
+    {"name": "median µs", "id": "median_us", "type": "numeric"},
+    {"name": "max µs", "id": "max_us", "type": "numeric"},
+    {"name": "share %", "id": "share_pct", "type": "numeric"},
+]
+COLLECTIVE_COLUMNS: list[dict[str, Any]] = [
+    {"name": "rank", "id": "rank", "type": "numeric"},
+    {"name": "communicator", "id": "comm_id", "type": "text"},
+    {"name": "seq", "id": "seq", "type": "numeric"},
+    {"name": "op", "id": "func", "type": "text"},
+    {"name": "MB", "id": "mb", "type": "numeric"},
+    {"name": "duration µs", "id": "dur_us", "type": "numeric"},
+    {"name": "algbw GB/s", "id": "algbw_gbps", "type": "numeric"},
+    {"name": "busbw GB/s", "id": "busbw_gbps", "type": "numeric"},
+    {"name": "arrival skew µs", "id": "skew_us", "type": "numeric"},
+    {"name": "wait µs", "id": "wait_us", "type": "numeric"},
+]
+KERNEL_CHANGE_COLUMNS: list[dict[str, Any]] = [
+    {"name": "kernel", "id": "name", "type": "text"},
+    {"name": "status", "id": "status", "type": "text"},
+    {"name": "base ms/step", "id": "base_ms", "type": "numeric"},
+    {"name": "new ms/step", "id": "new_ms", "type": "numeric"},
+    {"name": "change ms/step", "id": "delta_ms", "type": "numeric"},
+    {"name": "change %", "id": "delta_pct", "type": "numeric"},
+]
+COLLECTIVE_CHANGE_COLUMNS: list[dict[str, Any]] = [
+    {"name": "op", "id": "func", "type": "text"},
+    {"name": "MB", "id": "mb", "type": "numeric"},
+    {"name": "status", "id": "status", "type": "text"},
+    {"name": "base ms/step", "id": "base_ms", "type": "numeric"},
+    {"name": "new ms/step", "id": "new_ms", "type": "numeric"},
+    {"name": "change ms/step", "id": "delta_ms", "type": "numeric"},
+    {"name": "change %", "id": "delta_pct", "type": "numeric"},
+]
+MAX_ROWS = 5000
+
+
+def _col(df: pd.DataFrame, name: str, default: float = np.nan) -> pd.Series:
+    return df[name] if name in df.columns else pd.Series(default, index=df.index, dtype="float64")
+
+
+def _num(s: pd.Series) -> pd.Series:
+    """Numbers as float64 (nullable ints, objects with pd.NA and all -> NaN where missing)."""
+    return pd.to_numeric(s.astype(object).where(s.notna(), np.nan), errors="coerce").astype("float64")
+
+
+def _records(df: pd.DataFrame) -> list[dict[str, Any]]:
+    """DataFrame -> JSON-safe records (NaN/NA -> None, numpy scalars -> Python)."""
+    out = df.astype(object).where(df.notna(), None)
+    return [{k: (v.item() if isinstance(v, np.generic) else v) for k, v in row.items()}
+            for row in out.to_dict("records")]
+
+
+def _filter_rank(df: pd.DataFrame, rank: Any) -> pd.DataFrame:
+    if rank in (None, "", "all") or "rank" not in df.columns:
+        return df
+    return df[df["rank"] == int(rank)]
+
+
+def kernel_rows(kernels: pd.DataFrame, rank: Any = None, limit: int = MAX_ROWS) -> tuple[list[dict[str, Any]], int]:
+    """Rows of the Kernels table from ``Analysis.kernels``, longest total time first.
+
+    Args:
+        kernels: ``Analysis.kernels`` (``rank``, ``name``, ``kind``, ``count``, ``total_ns``,
+            ``mean_ns``, ``median_ns``, ``max_ns``, ``share``).
+        rank: keep only this rank (None or ``"all"``: every rank).
+        limit: at most this many rows.
+
+    Returns:
+        (records with the ids of :data:`KERNEL_COLUMNS`, total matching rows before the limit).
+    """
+    df = _filter_rank(kernels, rank)
+    if df.empty:
+        return [], 0
+    df = df.sort_values("total_ns", ascending=False)
+    n = len(df)
+    df = df.head(limit)
+    out = pd.DataFrame({
+        "rank": df["rank"].astype("int64"), "name": df["name"].astype(str),
+        "kind": _col(df, "kind", np.nan).astype(object),
+        "count": df["count"].astype("int64"),
+        "total_ms": (_num(df["total_ns"]) / 1e6).round(3),
+        "mean_us": (_num(_col(df, "mean_ns")) / 1e3).round(2),
+        "median_us": (_num(_col(df, "median_ns")) / 1e3).round(2),
+        "max_us": (_num(_col(df, "max_ns")) / 1e3).round(2),
+        "share_pct": (100.0 * _num(_col(df, "share"))).round(2),
+    })
+    return _records(out), n
+
+
+def collective_rows(colls: pd.DataFrame, rank: Any = None, limit: int = MAX_ROWS) -> tuple[list[dict[str, Any]], int]:
+    """Rows of the Collectives table from ``Analysis.collectives``, longest first.
+
+    Returns:
+        (records with the ids of :data:`COLLECTIVE_COLUMNS`, total matching rows before the
+        limit); durations in µs, sizes in MB (10^6 bytes), bandwidths in GB/s.
+    """
+    df = _filter_rank(colls, rank)
+    if df.empty:
+        return [], 0
+    df = df.sort_values("dur_ns", ascending=False)
+    n = len(df)
+    df = df.head(limit)
+    out = pd.DataFrame({
+        "rank": df["rank"].astype("int64"), "comm_id": _col(df, "comm_id").astype(object).astype(str),
+        "seq": _col(df, "seq").astype(object), "func": _col(df, "func").astype(object).astype(str),
+        "mb": (_num(_col(df, "bytes")) / 1e6).round(3),
+        "dur_us": (_num(df["dur_ns"]) / 1e3).round(1),
+        "algbw_gbps": _num(_col(df, "algbw_gbps")).round(2),
+        "busbw_gbps": _num(_col(df, "busbw_gbps")).round(2),
+        "skew_us": (_num(_col(df, "arrival_skew_ns")) / 1e3).round(1),
+        "wait_us": (_num(_col(df, "wait_ns")) / 1e3).round(1),
+    })
+    return _records(out), n
+
+
+def kernel_changes(kernels_a: pd.DataFrame, steps_a: int, kernels_b: pd.DataFrame, steps_b: int,
+                   top: int = 20) -> list[dict[str, Any]]:
+    """The kernels whose time per step changed most between two runs.
+
+    Args:
+        kernels_a, kernels_b: ``Analysis.kernels`` of the base and the new run.
+        steps_a, steps_b: (rank, step) rows of each run, to turn totals into per-step time.
+        top: rows to return.
+
+    Returns:
+        records with the ids of :data:`KERNEL_CHANGE_COLUMNS`, largest absolute change first
+        (ms per step summed over ranks divided by rank-steps; kernels in one run only count
+        as 0 in the other).
+    """
+    def per_step(k: pd.DataFrame, n: int) -> pd.Series:
+        if k.empty:
+            return pd.Series(dtype="float64")
+        return k.groupby(k["name"].astype(str))["total_ns"].sum().astype("float64") / max(n, 1) / 1e6
+
+    a, b = per_step(kernels_a, steps_a), per_step(kernels_b, steps_b)
+    df = pd.DataFrame({"base_ms": a, "new_ms": b}).fillna(0.0)
+    if df.empty:
+        return []
+    df["delta_ms"] = df["new_ms"] - df["base_ms"]
+    df["delta_pct"] = np.where(df["base_ms"] > 0, 100.0 * df["delta_ms"] / df["base_ms"].where(df["base_ms"] > 0, 1), np.nan)
+    df = df.reindex(df["delta_ms"].abs().sort_values(ascending=False).index).head(top)
+    df = df.round({"base_ms": 4, "new_ms": 4, "delta_ms": 4, "delta_pct": 1})
+    df.index.name = "name"
+    return _records(df.reset_index())
+
+
+def name_tooltips(rows: list[dict[str, Any]], column: str = "name") -> list[dict[str, Any]]:
+    """DataTable ``tooltip_data`` showing each row's full ``column`` (long kernel names are
+    cut off in the cell).  Type ``text``, never Markdown: the names are untrusted."""
+    return [{column: {"value": str(r.get(column, "")), "type": "text"}} for r in rows]
+
+
+def change_rows(changes: pd.DataFrame) -> list[dict[str, Any]]:
+    """Rows of a change table from ``Comparison.kernels`` or ``Comparison.collectives``.
+
+    Args:
+        changes: ``name`` (or ``func`` and ``bytes``), ``status``, ``base_ns_per_step``,
+            ``new_ns_per_step``, ``delta_ns_per_step``, ``rel_change``.
+
+    Returns:
+        records with the ids of :data:`KERNEL_CHANGE_COLUMNS` or
+        :data:`COLLECTIVE_CHANGE_COLUMNS` (ms per step, percent), in the given order.
+    """
+    if changes is None or changes.empty:
+        return []
+    out = pd.DataFrame(index=changes.index)
+    if "name" in changes.columns:
+        out["name"] = changes["name"].astype(str)
+    if "func" in changes.columns:
+        out["func"] = changes["func"].astype(str)
+        out["mb"] = (pd.to_numeric(changes["bytes"], errors="coerce") / 1e6).round(3)
+    out["status"] = _col(changes, "status").astype(object)
+    out["base_ms"] = (_num(changes["base_ns_per_step"]) / 1e6).round(4)
+    out["new_ms"] = (_num(changes["new_ns_per_step"]) / 1e6).round(4)
+    out["delta_ms"] = (_num(changes["delta_ns_per_step"]) / 1e6).round(4)
+    out["delta_pct"] = (100.0 * _num(_col(changes, "rel_change"))).round(1)
+    return _records(out.reset_index(drop=True))
+
+
+__all__ = ["COLLECTIVE_CHANGE_COLUMNS", "change_rows", "name_tooltips", "KERNEL_COLUMNS", "COLLECTIVE_COLUMNS", "KERNEL_CHANGE_COLUMNS", "kernel_rows", "collective_rows",
+           "kernel_changes", "MAX_ROWS"]

@@ -1,0 +1,140 @@
+"""``perfscope analyze RUN``: the step-time breakdown and the top findings.
+
+``--format text`` (default) prints rich tables; ``--format json`` prints one JSON document
+(:func:`perfscope.analyzers.analysis_to_json`).  Progress goes to stderr, only on a terminal.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import click
+
+from perfscope.errors import UsageError
+
+
+def parse_ranks(text: str | None) -> tuple[int, ...] | None:
+    """Parse ``"0,2,4-7"`` into a sorted tuple of ranks (None for None/empty).
+
+    Raises:
+        UsageError: the text is not a comma-separated list of ranks and ranges.
+    """
+    if not text:
+        return None
+    out: set[int] = set()
+    for part in text.replace(" ", "").split(","):
+        if not part:
+            continue
+        try:
+            if "-" in part[1:]:
+                lo, hi = part.split("-", 1)
+                a, b = int(lo), int(hi)
+                if b < a:
+                    raise ValueError
+                out.update(range(a, b + 1))
+            else:
+                out.add(int(part))
+        except ValueError:
+            raise UsageError(f"--ranks {text!r}: use a comma-separated list of ranks and ranges, e.g. 0,2,4-7") from None
+    return tuple(sorted(out))
+
+
+@contextlib.contextmanager
+def progress_reporter() -> Iterator[Callable[[str], None] | None]:
+    """Yield a progress callback that shows a spinner on stderr when it is a terminal, else None."""
+    if not sys.stderr.isatty():
+        yield None
+        return
+    from rich.console import Console
+
+    console = Console(stderr=True)
+    with console.status("analysing") as status:
+        yield lambda msg: status.update(f"analysing: {msg}")
+
+
+def run_analysis(path: str, step_pattern: str | None = None, ranks: str | None = None) -> Any:
+    """Open ``path`` and analyse it (with progress on a terminal); returns the Analysis."""
+    from perfscope.analyzers import AnalysisConfig, analyze_run
+    from perfscope.store import open_run
+
+    cfg = AnalysisConfig(step_pattern=step_pattern, ranks=parse_ranks(ranks))
+    run = open_run(path)
+    with progress_reporter() as progress:
+        return analyze_run(run, cfg, progress=progress)
+
+
+MAX_STEP_ROWS = 40
+
+
+def print_text(a: Any, console: Any = None) -> None:
+    """Print the terminal report of an analysis with rich."""
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    from perfscope.analyzers import BUCKET_COLUMNS, BUCKETS, step_summary
+
+    con = console or Console()
+    meta = a.meta or {}
+    con.print(Text(f"run {meta.get('run_id', '?')}  source={meta.get('source', '?')}  world_size={meta.get('world_size', '?')}  "
+                   f"status={meta.get('status', '?')}", style="bold"))
+    summary = step_summary(a.steps)
+    t = Table(title="Median step per rank (ms, % of step)", title_justify="left")
+    for h in ("rank", "steps", "wall", *BUCKETS):
+        t.add_column(h, justify="right")
+    for _, s in summary.iterrows():
+        w = s["wall_ns"] or 1
+        t.add_row(str(int(s["rank"])), str(int(s["steps"])), f"{s['wall_ns'] / 1e6:,.2f}",
+                  *[f"{s[c] / 1e6:,.2f} ({100 * s[c] / w:.0f}%)" for c in BUCKET_COLUMNS])
+    con.print(t)
+
+    steps = a.steps
+    t = Table(title="Steps (ms)", title_justify="left")
+    for h in ("rank", "step", "wall", *BUCKETS, "hidden net", "hidden pcie"):
+        t.add_column(h, justify="right")
+    for _, s in steps.head(MAX_STEP_ROWS).iterrows():
+        t.add_row(str(int(s["rank"])), str(int(s["step"])), f"{s['wall_ns'] / 1e6:,.2f}",
+                  *[f"{s[c] / 1e6:,.2f}" for c in BUCKET_COLUMNS], f"{s['hidden_network_ns'] / 1e6:,.2f}", f"{s['hidden_pcie_ns'] / 1e6:,.2f}")
+    con.print(t)
+    if len(steps) > MAX_STEP_ROWS:
+        con.print(f"({len(steps) - MAX_STEP_ROWS} more steps: use --format json)")
+
+    if len(a.stragglers):
+        t = Table(title="Stragglers", title_justify="left")
+        for h in ("rank", "ops", "arrived last", "share", "mean lateness ms", "cost to others ms"):
+            t.add_column(h, justify="right")
+        for _, r in a.stragglers.iterrows():
+            t.add_row(str(int(r["rank"])), str(int(r["ops"])), str(int(r["last_count"])), f"{100 * r['last_share']:.0f}%",
+                      f"{r['mean_lateness_ns'] / 1e6:,.2f}", f"{r['cost_to_others_ns'] / 1e6:,.2f}")
+        con.print(t)
+
+    con.print(Text("Top findings", style="bold underline"))
+    if not a.recommendations:
+        con.print("no rule fired; nothing in this run stands out.")
+    for i, r in enumerate(a.recommendations, 1):
+        saving = f"  saves ~{r.saving_ns / 1e6:,.2f} ms/step ({100 * r.saving_share:.0f}%)" if r.saving_ns else ""
+        con.print(Text(f"{i}. {r.title}", style="bold") + Text(f"  [{r.id}]", style="dim") + Text(saving, style="green"))
+        con.print(Text("   " + r.message))
+        if r.change:
+            con.print(Text("   change: ", style="dim") + Text(r.change, style="cyan"))
+    for w in a.warnings:
+        con.print(Text(f"warning: {w}", style="yellow"))
+
+
+@click.command(name="analyze")
+@click.argument("run", type=click.Path())
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True, help="Output format.")
+@click.option("--step-pattern", default=None, metavar="REGEX", help="Regex over NVTX/annotation names that marks steps.")
+@click.option("--ranks", default=None, metavar="LIST", help="Ranks to analyse, e.g. 0,2,4-7 (default: all).")
+def analyze(run: str, fmt: str, step_pattern: str | None, ranks: str | None) -> None:
+    """Break each step of RUN into compute/network/sync/pcie/data_loading/host and recommend changes."""
+    a = run_analysis(run, step_pattern, ranks)
+    if fmt == "json":
+        from perfscope.analyzers import analysis_to_json
+
+        click.echo(json.dumps(analysis_to_json(a), indent=1, allow_nan=False))
+        return
+    print_text(a)

@@ -1,0 +1,82 @@
+"""``perfscope dashboard RUN [RUN...] [--host 127.0.0.1] [--port 8050]``: serve the web dashboard."""
+from __future__ import annotations
+
+import time
+
+import click
+
+from perfscope.errors import UsageError
+
+LOOPBACK = {"127.0.0.1", "localhost", "::1"}
+
+
+def make_server(runs: list[str], host: str, port: int):  # type: ignore[no-untyped-def]
+    """Build the app for ``runs``, analyse every run, and bind a threaded WSGI server.
+
+    Returns:
+        (werkzeug server, app); the server is bound but not yet serving.
+
+    Raises:
+        UsageError: the address cannot be bound (port taken, unknown host).
+        PerfscopeError: a run cannot be opened or analysed.
+    """
+    from werkzeug.serving import make_server as wsgi_server
+
+    from perfscope.dashboards.app import create_app
+
+    app = create_app(runs)
+    data = app.server.config["perfscope_data"]
+    for i, label in enumerate(data.labels):
+        t = time.perf_counter()
+        data.get(i)  # analyse now: errors surface here, and the first page load is fast
+        click.echo(f"analysed {label} in {time.perf_counter() - t:.1f} s", err=True)
+    _check_bindable(host, port)
+    try:
+        server = wsgi_server(host, port, app.server, threaded=True)
+    except (OSError, SystemExit) as e:  # werkzeug turns a failed bind into SystemExit(1)
+        raise UsageError(f"cannot listen on {host}:{port} ({e}); choose another --port or --host") from None
+    return server, app
+
+
+def _check_bindable(host: str, port: int) -> None:
+    """Raise UsageError if ``host:port`` cannot be bound (werkzeug would exit the process)."""
+    import socket
+
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as e:
+        raise UsageError(f"unknown --host {host!r} ({e.strerror})") from None
+    family, _, _, _, addr = infos[0]
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(addr)
+        except OSError as e:
+            raise UsageError(f"cannot listen on {host}:{port} ({e.strerror}); choose another --port") from None
+
+
+@click.command(name="dashboard")
+@click.argument("runs", nargs=-1, required=True, type=click.Path())
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to listen on. Anything but loopback exposes the traces to the network.")
+@click.option("--port", default=8050, show_default=True, type=click.IntRange(0, 65535),
+              help="Port to listen on (0: any free port).")
+def dashboard(runs: tuple[str, ...], host: str, port: int) -> None:
+    """Serve the web dashboard for RUNS (one or more run directories) until Ctrl-C.
+
+    With two or more runs the Compare tab compares them. Only the runs named here are
+    served.
+    """
+    server, _ = make_server(list(runs), host, port)
+    shown = f"[{host}]" if ":" in host else host
+    url = f"http://{shown}:{server.server_port}/"
+    if host not in LOOPBACK:
+        click.echo(f"warning: listening on {host}: anyone who can reach it can read these traces "
+                   "(there is no login)", err=True)
+    click.echo(f"perfscope dashboard: {url}  (Ctrl-C to stop)")
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()

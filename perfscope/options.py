@@ -1,0 +1,114 @@
+"""Recording options, and the one place that reads and writes ``PERFSCOPE_*`` variables.
+
+``perfscope record`` turns its flags into a :class:`RecordOptions`, hands it to every
+process of the job through the environment (:meth:`RecordOptions.to_env`), and the injected
+``sitecustomize`` reads it back (:meth:`RecordOptions.from_env`).  ``perfscope.profile``
+takes the same fields as keyword arguments, so the three ways of recording stay in step.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+
+# Set by `perfscope record` for the job; their presence is what turns the injector on.
+ENV_RUN_DIR = "PERFSCOPE_RUN_DIR"
+ENV_RUN_ID = "PERFSCOPE_RUN_ID"
+# "<rank or ->:<pid>" of the process that records; helper processes it starts inherit it
+# and so know they must not record (see perfscope.collectors.inject).
+ENV_OWNER = "PERFSCOPE_OWNER"
+ENV_CUPTI = "PERFSCOPE_CUPTI"
+ENV_NCCL = "PERFSCOPE_NCCL"
+ENV_NVML = "PERFSCOPE_NVML"
+ENV_HOST_HOOKS = "PERFSCOPE_HOST_HOOKS"
+ENV_FLUSH_INTERVAL = "PERFSCOPE_FLUSH_INTERVAL_S"
+# Set to 1 to see why the injector did or did not record in a process (printed to stderr).
+ENV_DEBUG = "PERFSCOPE_DEBUG"
+
+_BOOL_ENV = {"cupti": ENV_CUPTI, "nccl": ENV_NCCL, "nvml": ENV_NVML, "host_hooks": ENV_HOST_HOOKS}
+
+
+@dataclass(frozen=True)
+class RecordOptions:
+    """What to record.
+
+    Attributes:
+        cupti: capture GPU activity (kernels, copies, memsets, syncs, NVTX) through CUPTI.
+        nccl: load perfscope's NCCL profiler plugin (collectives table).
+        nvml: sample GPU utilisation, clocks and power (metrics table).
+        host_hooks: time DataLoader waits, torch.distributed calls, optimizer steps and
+            torch.cuda.synchronize (host table, automatic steps).
+        flush_interval_s: longest time recorded data stays in memory; a process killed with
+            SIGKILL loses at most this much.
+    """
+
+    cupti: bool = True
+    nccl: bool = True
+    nvml: bool = True
+    host_hooks: bool = True
+    flush_interval_s: float = 2.0
+
+    def __post_init__(self) -> None:
+        from perfscope.errors import UsageError
+
+        if not (self.flush_interval_s > 0):
+            raise UsageError(f"flush interval must be a positive number of seconds, not {self.flush_interval_s!r}")
+
+    def collector_names(self) -> list[str]:
+        """Names of the collectors these options ask for (``host`` for the host hooks)."""
+        return [("host" if f.name == "host_hooks" else f.name) for f in fields(self) if f.name in _BOOL_ENV and getattr(self, f.name)]
+
+    def to_env(self) -> dict[str, str]:
+        """Return the ``PERFSCOPE_*`` variables that carry these options to a child process."""
+        env = {var: "1" if getattr(self, name) else "0" for name, var in _BOOL_ENV.items()}
+        env[ENV_FLUSH_INTERVAL] = repr(float(self.flush_interval_s))
+        return env
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> RecordOptions:
+        """Read options back from ``env`` (default ``os.environ``); absent ones keep defaults."""
+        env = os.environ if env is None else env
+        kw: dict[str, object] = {}
+        for name, var in _BOOL_ENV.items():
+            if var in env:
+                kw[name] = env[var].strip().lower() not in ("0", "false", "no", "off", "")
+        if ENV_FLUSH_INTERVAL in env:
+            try:
+                kw["flush_interval_s"] = float(env[ENV_FLUSH_INTERVAL])
+            except ValueError:
+                pass  # a mangled value falls back to the default rather than breaking the job
+        return cls(**kw)  # type: ignore[arg-type]
+
+
+def env_rank(env: Mapping[str, str] | None = None) -> int | None:
+    """Return the global rank a launcher gave this process (``RANK``), or None."""
+    env = os.environ if env is None else env
+    return _int(env.get("RANK"))
+
+
+def env_local_rank(env: Mapping[str, str] | None = None) -> int | None:
+    """Return ``LOCAL_RANK`` (the GPU index a launcher gave this process), or None."""
+    env = os.environ if env is None else env
+    return _int(env.get("LOCAL_RANK"))
+
+
+def env_world_size(env: Mapping[str, str] | None = None) -> int | None:
+    """Return ``WORLD_SIZE`` from a launcher, or None."""
+    env = os.environ if env is None else env
+    return _int(env.get("WORLD_SIZE"))
+
+
+def _int(value: str | None) -> int | None:
+    if value is None:
+        return None
+    try:
+        return int(value.strip())
+    except ValueError:
+        return None
+
+
+__all__ = [
+    "RecordOptions", "env_rank", "env_local_rank", "env_world_size",
+    "ENV_RUN_DIR", "ENV_RUN_ID", "ENV_OWNER", "ENV_CUPTI", "ENV_NCCL", "ENV_NVML",
+    "ENV_HOST_HOOKS", "ENV_FLUSH_INTERVAL", "ENV_DEBUG",
+]

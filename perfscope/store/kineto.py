@@ -1,0 +1,1376 @@
+"""Import PyTorch profiler (Kineto) Chrome-trace JSON into a perfscope run.
+
+``import_kineto(files, out)`` reads one ``.json`` or ``.json.gz`` trace per rank and writes
+the store's tables (see :mod:`perfscope.store.schema`):
+
+=====================================  ===================================================
+Kineto event (``ph == "X"``)           perfscope table
+=====================================  ===================================================
+``cat == "kernel"``                    ``kernels`` (every one; NCCL ones also ``collectives``)
+``gpu_memcpy``                         ``memcpy`` (copy and memory kinds from the name)
+``gpu_memset``                         ``memset``
+``cuda_sync``                          ``sync`` (``tid`` from the API call it correlates to)
+``cuda_runtime`` / ``cuda_driver``     ``api``
+``user_annotation``                    ``markers`` (``ProfilerStep#N`` goes to ``steps``)
+``gpu_user_annotation``                ``markers`` (with device and stream)
+``perfscope_*`` (our own exports)      ``host``, ``collectives``, ``metrics``
+=====================================  ===================================================
+
+Decisions worth knowing:
+
+* **Timestamps are exact.**  Kineto writes ``ts``/``dur`` as microseconds with three
+  decimals (``"1712195495519689.047"``), relative to ``baseTimeNanoseconds`` when that key
+  is present.  A float64 cannot hold an epoch microsecond value to the nanosecond, so the
+  decoder hands every float literal over as text and it is converted to integer
+  nanoseconds with 64-bit-mantissa arithmetic (exact to the nanosecond up to ~10^16 µs).
+* **Decoding is typed.**  msgspec decodes straight into small Structs that name only the
+  fields used here; everything else in the file (``cpu_op`` arguments, call stacks, flow
+  events) is skipped without building Python objects.  No event dict is ever built.
+* **Collectives.**  Every NCCL kernel (name containing ``nccl``) becomes a ``collectives``
+  row.  Its arguments (``Collective name``, ``dtype``, ``In msg nelems``, ``Group size``,
+  ``Process Group Name`` ...) come from the kernel itself when Kineto copied them there,
+  else from the ``record_param_comms`` op that launched it: the one whose ``External id``
+  the kernel carries, or else the innermost one enclosing the launching runtime call (found
+  through the correlation id) on the same thread.  ``count`` follows NCCL's convention:
+  the smaller of the in and out element counts (per-rank input of AllGather, per-rank
+  output of ReduceScatter); ``bytes`` is ``count`` times the element size.
+* **Nothing half-written.**  A run is built in a hidden sibling folder and moved into
+  place only when every file has imported; an existing run is replaced only with
+  ``force`` and is left untouched when anything fails.
+"""
+from __future__ import annotations
+
+import gzip
+import os
+import re
+import shutil
+import zlib
+from bisect import bisect_right
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import msgspec
+import numpy as np
+import pyarrow as pa
+
+from perfscope.errors import InputError, RunExistsError, UsageError
+
+#: ``progress(message, done, total)``: done/total count input bytes.
+ProgressFn = Callable[[str, int, int], None]
+
+PathLike = str | os.PathLike[str]
+
+
+# ---------------------------------------------------------------------------------------
+# Typed decoding
+# ---------------------------------------------------------------------------------------
+def _f(json_name: str) -> Any:
+    return msgspec.field(name=json_name, default=None)
+
+
+class _Args(msgspec.Struct, gc=False):
+    """The ``args`` keys perfscope reads; every other key is skipped by the decoder.
+
+    Values are left loosely typed (``Any``) because producers disagree (``"bytes": 1.0``,
+    ranks as a string or a list); columns are coerced in bulk afterwards.  Float literals
+    arrive as their text (the decoder's ``float_hook``).
+    """
+
+    external_id: Any = _f("External id")
+    device: Any = None
+    stream: Any = None
+    correlation: Any = None
+    registers: Any = _f("registers per thread")
+    shared_memory: Any = _f("shared memory")
+    grid: Any = None
+    block: Any = None
+    graph_id: Any = _f("graph id")
+    bytes: Any = None
+    cbid: Any = None
+    cuda_sync_kind: Any = None
+    collective: Any = _f("Collective name")
+    dtype: Any = None
+    in_nelems: Any = _f("In msg nelems")
+    out_nelems: Any = _f("Out msg nelems")
+    group_size: Any = _f("Group size")
+    pg_name: Any = _f("Process Group Name")
+    pg_id: Any = _f("Process Group ID")
+    seq: Any = None
+    # Keys only perfscope's own exporter writes, so that a round trip is exact.
+    ps: Any = None
+
+
+class _Event(msgspec.Struct, gc=False):
+    """One trace event.  ``args`` is decoded in two steps to save time and memory: the
+    trace decoder keeps it as a :class:`msgspec.Raw` span of the input (no objects built),
+    and :func:`build_rank_tables` replaces it by an :class:`_Args` (or None) only for the
+    events it keeps.  Most events (``cpu_op``, flows) never have their args decoded."""
+
+    ph: str = ""
+    cat: Any = None
+    name: Any = ""
+    pid: Any = None
+    tid: Any = None
+    ts: Any = 0
+    dur: Any = 0
+    args: Any = msgspec.field(default_factory=msgspec.Raw)
+
+
+class _RawArgsEvent(_Event, gc=False):
+    args: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw)
+
+
+class _FloatTimeEvent(_RawArgsEvent, gc=False):
+    """An event whose ``ts``/``dur`` are decoded as floats (24 bytes instead of ~70 for the
+    text), used when every timestamp is exact as a double (see :func:`decode_trace`)."""
+
+    ts: float = 0.0
+    dur: float = 0.0
+
+
+class _Trace(msgspec.Struct, gc=False):
+    """The top level of a trace.  Events stay :class:`msgspec.Raw` spans (48 bytes each,
+    no copy) and are decoded a chunk at a time by :func:`iter_event_chunks`, so only one
+    chunk of every-event objects is alive at once."""
+
+    traceEvents: list[msgspec.Raw] | None = None  # noqa: N815 - JSON key
+    baseTimeNanoseconds: Any = None  # noqa: N815
+    distributedInfo: Any = None  # noqa: N815
+    deviceProperties: Any = None  # noqa: N815
+    schemaVersion: Any = None  # noqa: N815
+    traceName: Any = None  # noqa: N815
+    host_name: Any = None
+    perfscope: Any = None
+
+
+# float_hook=str: float literals in untyped fields come back as their exact text.
+_DECODER = msgspec.json.Decoder(_Trace, float_hook=str)
+_TEXT_TIME_EVENTS = msgspec.json.Decoder(list[_RawArgsEvent], float_hook=str)
+_FLOAT_TIME_EVENTS = msgspec.json.Decoder(list[_FloatTimeEvent], float_hook=str)
+# Below 2**43 µs (~100 days) a double is within 0.5 ns of any 3-decimal µs value, so the
+# nanoseconds can be recovered exactly from it; above (epoch µs) only the text can do it.
+_FLOAT_EXACT_US = float(1 << 43)
+_TS_BIG = re.compile(rb'"ts"\s*:\s*-?(\d{13,})')
+CHUNK_EVENTS = 16384
+_ARGS_DECODER = msgspec.json.Decoder(_Args | None, float_hook=str)
+
+
+_KINETO_CATS = frozenset({
+    "kernel", "gpu_memcpy", "gpu_memset", "cuda_sync", "cuda_runtime", "cuda_driver",
+    "user_annotation", "gpu_user_annotation", "cpu_op", "python_function", "ac2g",
+})
+
+
+# ---------------------------------------------------------------------------------------
+# Result
+# ---------------------------------------------------------------------------------------
+@dataclass
+class ImportResult:
+    """What :func:`import_kineto` wrote.
+
+    Attributes:
+        path: the run directory.
+        rows: rows written per rank, then per table name.
+        warnings: things the user should know (guessed ranks, skipped events, ...).
+    """
+
+    path: Path
+    rows: dict[int, dict[str, int]] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def ranks(self) -> list[int]:
+        """The ranks imported, sorted."""
+        return sorted(self.rows)
+
+    def total(self, table: str) -> int:
+        """Rows of ``table`` over all ranks."""
+        return sum(r.get(table, 0) for r in self.rows.values())
+
+
+# ---------------------------------------------------------------------------------------
+# Reading one file
+# ---------------------------------------------------------------------------------------
+def read_trace_bytes(path: Path) -> bytes:
+    """Return the JSON text of ``path``, gunzipped when it is gzip (by content, not name).
+
+    Raises:
+        InputError: missing, unreadable or truncated/corrupt gzip.
+    """
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        raise InputError(f"no such file: {path}") from None
+    except IsADirectoryError:
+        raise InputError(f"{path} is a directory; pass the trace files themselves (e.g. {path}/*.json.gz)") from None
+    except OSError as e:
+        raise InputError(f"cannot read {path}: {e.strerror or e}") from None
+    if data[:2] == b"\x1f\x8b":
+        try:
+            # One allocation of the final size (the gzip trailer holds it, mod 2**32), so the
+            # peak is compressed + uncompressed bytes; multi-member files take gzip's path.
+            size = int.from_bytes(data[-4:], "little")
+            text = zlib.decompress(data, wbits=31, bufsize=max(size, 1 << 16))
+            data = text if len(text) % (1 << 32) == size else gzip.decompress(data)
+        except (OSError, EOFError, zlib.error) as e:
+            raise InputError(f"{path} is not a complete gzip file ({e}); copy it again or gunzip it to check") from None
+    return data
+
+
+def _needs_text_times(data: bytes) -> bool:
+    """True when the first MB of the trace holds an epoch-µs timestamp (>= 2**43 µs).
+
+    Such traces decode their timestamps as text (whole values still arrive as ints); a
+    float could not tell ``...689.047`` from ``...689.0``.
+    """
+    m = _TS_BIG.search(data, 0, 1 << 20)
+    return m is not None and int(m.group(1)) >= (1 << 43)
+
+
+def decode_trace(data: bytes, path: Path) -> _Trace:
+    """Decode the top level of Kineto JSON text (events stay raw; see :func:`iter_event_chunks`).
+
+    Raises:
+        InputError: malformed JSON, or JSON that is not a Kineto/Chrome trace object.
+    """
+    try:
+        trace = _DECODER.decode(data)
+    except msgspec.ValidationError as e:
+        raise InputError(f"{path} is not a Kineto trace ({e}); expected a JSON object with a traceEvents list") from None
+    except msgspec.DecodeError as e:
+        raise InputError(f"{path} is not valid JSON ({e}); the file may be truncated, re-export the trace") from None
+    if trace.traceEvents is None:
+        raise InputError(f"{path} is not a Kineto trace: it has no traceEvents list")
+    looks_kineto = (
+        trace.schemaVersion is not None or trace.deviceProperties is not None
+        or trace.distributedInfo is not None or trace.baseTimeNanoseconds is not None
+        or trace.perfscope is not None
+    )
+    if trace.traceEvents and not looks_kineto:
+        head = next(iter_event_chunks(trace.traceEvents[:1000], text_times=True, path=path))
+        if not any(e.cat in _KINETO_CATS for e in head):
+            raise InputError(f"{path} is a Chrome trace but not a PyTorch profiler (Kineto) trace: none of its events has a Kineto category")
+    return trace
+
+
+def iter_event_chunks(raws: list[msgspec.Raw], *, text_times: bool, path: Path | str = "trace",
+                      chunk: int = CHUNK_EVENTS) -> Iterator[list[_Event]]:
+    """Decode raw events ``chunk`` at a time into :class:`_Event` lists.
+
+    Timestamps decode as floats when that is exact (below 2**43 µs, i.e. relative to
+    ``baseTimeNanoseconds``) and as their text otherwise (whole numbers arrive as ints):
+    ``text_times`` (from :func:`_needs_text_times`) forces text, and a chunk whose float
+    values turn out to be epoch µs is decoded again as text.
+
+    Raises:
+        InputError: an event is not a JSON object of the expected shape.
+    """
+    for start in range(0, len(raws), chunk):
+        data = b"[" + b",".join(raws[start:start + chunk]) + b"]"
+        events: list[Any] | None = None
+        if not text_times:
+            try:
+                events = _FLOAT_TIME_EVENTS.decode(data)
+            except msgspec.ValidationError:
+                events = None  # e.g. a timestamp written as a string: the loose decoder takes it
+            if events and max(abs(e.ts) for e in events) >= _FLOAT_EXACT_US:
+                events = None  # epoch µs after all: only the text keeps every nanosecond
+        if events is None:
+            try:
+                events = _TEXT_TIME_EVENTS.decode(data)
+            except msgspec.ValidationError as e:
+                raise InputError(f"{path}: an event in traceEvents[{start}:{start + chunk}] is malformed ({e})") from None
+        yield events
+
+
+# ---------------------------------------------------------------------------------------
+# Conversions (bulk, exact)
+# ---------------------------------------------------------------------------------------
+_EXTENDED = np.finfo(np.longdouble).nmant >= 63
+
+
+def _us_to_ns(values: Sequence[Any]) -> np.ndarray:
+    """Convert microsecond values (float, int, or decimal text from the decoder) to int64 ns,
+    exactly.
+
+    Floats (only ever below 2**43 µs, see :func:`iter_event_chunks`) are split
+    into whole µs and fraction.  Integers take a pure integer path.  Decimal text goes through 80-bit long doubles
+    (64-bit mantissa): for |value| < 9e15 µs the text's nearest long double is within
+    1e-4 ns of it, so rounding ``value * 1000`` recovers every nanosecond digit.  Where
+    long double is only 64-bit (some platforms) the text is converted with ``decimal``.
+    """
+    if not values:
+        return np.zeros(0, np.int64)
+    if values[0].__class__ is float:
+        try:
+            us = np.array(values, dtype=np.float64)
+        except (TypeError, ValueError):
+            us = None
+        if us is not None and np.all(np.abs(us) < 2.0**52):
+            # Split off the whole µs (exact) so that only the fraction is scaled: the result
+            # is the nanosecond nearest to the double, which is the one the text said.
+            whole = np.floor(us)
+            return whole.astype(np.int64) * 1000 + np.rint((us - whole) * 1000).astype(np.int64)
+    try:
+        return np.asarray(pa.array(values, pa.int64())) * 1000
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+        pass
+    if _EXTENDED:
+        try:
+            ld = np.array(values, dtype=object).astype(np.longdouble)
+            if np.all(np.abs(ld) < 9e15):
+                return np.rint(ld * 1000).astype(np.int64)
+        except (ValueError, TypeError):
+            pass
+    return np.array([_one_us_to_ns(v) for v in values], dtype=np.int64)
+
+
+def _one_us_to_ns(v: Any) -> int:
+    from decimal import Decimal, InvalidOperation
+
+    if v is None:
+        return 0
+    if isinstance(v, int):
+        return v * 1000
+    try:
+        return int((Decimal(str(v)) * 1000).to_integral_value())
+    except InvalidOperation:
+        raise InputError(f"timestamp {v!r} is not a number") from None
+
+
+def _int_col(values: list[Any], type_: pa.DataType = pa.int64()) -> pa.Array:
+    """Integer column with nulls; tolerates floats-as-text and numeric strings."""
+    try:
+        return pa.array(values, type_)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError):
+        return pa.array([_to_int(v) for v in values], type_)
+
+
+def _to_int(v: Any) -> int | None:
+    if v is None or isinstance(v, bool):
+        return None if v is None else int(v)
+    if isinstance(v, int):
+        return v
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        try:
+            f = float(v)
+        except (TypeError, ValueError):
+            return None
+        return int(f) if f == f and abs(f) < 2**63 else None
+
+
+def _str_or_none(v: Any) -> str | None:
+    if v is None:
+        return None
+    return v if isinstance(v, str) else str(v)
+
+
+def _arg(e: _Event, name: str) -> Any:
+    a = e.args
+    return None if a is None else getattr(a, name)
+
+
+_MISSING = object()
+
+
+def _ps(e: _Event, key: str, default: Any = None) -> Any:
+    """A perfscope-export extra from ``args.ps`` (a small dict) or ``default``."""
+    a = e.args
+    if a is None or not isinstance(a.ps, dict):
+        return default
+    return a.ps.get(key, default)
+
+
+def _xyz(v: Any, i: int) -> int | None:
+    if isinstance(v, (list, tuple)) and len(v) > i:
+        return _to_int(v[i])
+    return None
+
+
+# ---------------------------------------------------------------------------------------
+# Name parsing
+# ---------------------------------------------------------------------------------------
+_COPY_KINDS = {
+    "htod": "H2D", "dtoh": "D2H", "dtod": "D2D", "ptop": "P2P", "htoh": "H2H",
+    "htoa": "H2D", "atoh": "D2H", "atod": "D2D", "dtoa": "D2D", "atoa": "D2D",
+}
+_MEM_KINDS = {
+    "pageable": "pageable", "pinned": "pinned", "device": "device", "managed": "managed",
+    "array": "array", "device static": "device", "managed static": "managed", "unknown": "unknown",
+}
+_MEMCPY_RE = re.compile(r"^\s*memcpy\s+(\w+)(?:\s*\(\s*([^)]*?)\s*->\s*([^)]*?)\s*\))?", re.IGNORECASE)
+_PAREN_RE = re.compile(r"\(\s*([^)]*?)\s*\)")
+
+
+def parse_memcpy_name(name: str) -> tuple[str, str, str, bool]:
+    """Parse a Kineto memcpy name such as ``"Memcpy HtoD (Pageable -> Device)"``.
+
+    Returns:
+        (copy_kind, src_kind, dst_kind, pageable): copy_kind is H2D, D2H, D2D, P2P, H2H or
+        ``other``; memory kinds are pageable, pinned, device, managed, array or ``unknown``;
+        pageable is true when either side is pageable host memory.
+    """
+    m = _MEMCPY_RE.match(name or "")
+    if not m:
+        return "other", "unknown", "unknown", False
+    copy_kind = _COPY_KINDS.get(m.group(1).lower(), "other")
+    src = _MEM_KINDS.get((m.group(2) or "unknown").strip().lower(), "unknown")
+    dst = _MEM_KINDS.get((m.group(3) or "unknown").strip().lower(), "unknown")
+    if m.group(2) is None:
+        # No "(src -> dst)": the direction still tells which side is device memory.
+        src = "device" if copy_kind in ("D2H", "D2D", "P2P") else "unknown"
+        dst = "device" if copy_kind in ("H2D", "D2D", "P2P") else "unknown"
+    return copy_kind, src, dst, "pageable" in (src, dst)
+
+
+def parse_memset_kind(name: str) -> str:
+    """``"Memset (Device)"`` -> ``device``; unknown when the name gives no kind."""
+    m = _PAREN_RE.search(name or "")
+    return _MEM_KINDS.get(m.group(1).strip().lower(), "unknown") if m else "unknown"
+
+
+_SYNC_KINDS = {
+    "stream sync": "stream", "stream synchronize": "stream", "event sync": "event",
+    "event synchronize": "event", "context sync": "context", "device sync": "context",
+    "device synchronize": "context", "stream wait event": "stream_wait_event",
+}
+
+
+def parse_sync_kind(kind_arg: Any, name: Any) -> str:
+    """Map Kineto's ``cuda_sync_kind`` (or the event name) to stream, event, context,
+    stream_wait_event or unknown."""
+    for text in (kind_arg, name):
+        if isinstance(text, str):
+            k = _SYNC_KINDS.get(text.strip().lower())
+            if k:
+                return k
+    return "unknown"
+
+
+_COLL_NAMES = {
+    "allreduce": "AllReduce", "allreduce_coalesced": "AllReduce",
+    "allgather": "AllGather", "_allgather_base": "AllGather", "allgather_base": "AllGather",
+    "allgather_into_tensor_coalesced": "AllGather", "allgather_coalesced": "AllGather",
+    "all_gather_into_tensor": "AllGather", "allgather_into_tensor": "AllGather",
+    "reducescatter": "ReduceScatter", "_reduce_scatter_base": "ReduceScatter",
+    "reduce_scatter_base": "ReduceScatter", "reduce_scatter_tensor": "ReduceScatter",
+    "reduce_scatter_tensor_coalesced": "ReduceScatter", "reduce_scatter": "ReduceScatter",
+    "broadcast": "Broadcast", "reduce": "Reduce", "alltoall": "AllToAll",
+    "alltoall_base": "AllToAll", "all_to_all": "AllToAll", "all_to_all_single": "AllToAll",
+    "send": "Send", "recv": "Recv", "recvanysource": "Recv", "barrier": "Barrier",
+    "gather": "Gather", "scatter": "Scatter", "sendrecv": "SendRecv",
+}
+
+
+def normalize_collective(name: Any) -> str | None:
+    """``"allreduce"``/``"all_reduce"`` -> ``AllReduce`` etc.; unknown names pass through."""
+    if not isinstance(name, str) or not name:
+        return None
+    key = name.strip().lower().removeprefix("nccl:").removeprefix("c10d::").rstrip("_")
+    return _COLL_NAMES.get(key) or _COLL_NAMES.get(key.replace("_", "")) or name
+
+
+_ALGOS = ("COLLNET_DIRECT", "COLLNET_CHAIN", "NVLS_TREE", "NVLS", "RING", "TREE", "PAT")
+_PROTOS = ("LL128", "LL", "SIMPLE")
+_NCCL_KERNEL_RE = re.compile(r"nccl(?:Dev)?Kernel_([A-Za-z]+)", re.IGNORECASE)
+
+
+def parse_nccl_kernel(name: str) -> tuple[str | None, str | None, str | None]:
+    """Parse ``ncclDevKernel_AllReduce_Sum_f32_RING_LL(...)`` or
+    ``ncclKernel_AllReduce_RING_LL_Sum_float(...)``.
+
+    Returns:
+        (func, algorithm, protocol), each None when the name does not say.
+    """
+    base = (name or "").split("(", 1)[0]
+    m = _NCCL_KERNEL_RE.search(base)
+    func = m.group(1) if m else None
+    if func is not None and func.lower() == "generic":
+        func = None
+    tokens = base.split("_")
+    joined = "_" + base.upper() + "_"
+    algo = next((a for a in _ALGOS if f"_{a}_" in joined), None)
+    proto = next((p for p in _PROTOS if p in tokens), None)
+    return func, algo, proto
+
+
+def is_nccl_kernel(name: str) -> bool:
+    """True for NCCL's device kernels (``ncclKernel_*``, ``ncclDevKernel_*``)."""
+    return "nccl" in name.lower() if name else False
+
+
+_DTYPE_SIZES = {
+    "float": 4, "float32": 4, "f32": 4, "ncclfloat": 4, "ncclfloat32": 4,
+    "double": 8, "float64": 8, "f64": 8, "ncclfloat64": 8, "nccldouble": 8,
+    "half": 2, "float16": 2, "f16": 2, "ncclfloat16": 2, "ncclhalf": 2,
+    "bfloat16": 2, "bf16": 2, "ncclbfloat16": 2,
+    "int": 4, "int32": 4, "i32": 4, "ncclint32": 4, "ncclint": 4, "uint32": 4, "u32": 4, "nccluint32": 4,
+    "long": 8, "int64": 8, "i64": 8, "ncclint64": 8, "uint64": 8, "u64": 8, "nccluint64": 8,
+    "short": 2, "int16": 2, "uint16": 2,
+    "char": 1, "int8": 1, "int8_t": 1, "i8": 1, "ncclint8": 1, "ncclchar": 1,
+    "byte": 1, "uint8": 1, "u8": 1, "unsigned char": 1, "nccluint8": 1, "bool": 1,
+    "complexhalf": 4, "complexfloat": 8, "complexdouble": 16,
+    "float8_e4m3fn": 1, "float8_e5m2": 1, "float8_e4m3fnuz": 1, "float8_e5m2fnuz": 1,
+    "ncclfloat8e4m3": 1, "ncclfloat8e5m2": 1,
+}
+
+
+def dtype_size(dtype: Any) -> int | None:
+    """Bytes per element of a PyTorch or NCCL dtype name (``Float``, ``c10::BFloat16``,
+    ``ncclFloat32``...), or None when unknown."""
+    if not isinstance(dtype, str):
+        return None
+    key = dtype.strip().lower().removeprefix("c10::").removeprefix("torch.").removeprefix("at::")
+    return _DTYPE_SIZES.get(key)
+
+
+_STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
+
+
+# ---------------------------------------------------------------------------------------
+# One rank: events -> column batches
+# ---------------------------------------------------------------------------------------
+@dataclass
+class RankTables:
+    """The tables built from one rank's events (pyarrow Tables keyed by table name) and
+    facts for the rank's metadata."""
+
+    tables: dict[str, dict[str, Any]]
+    warnings: list[str]
+    host_pid: int | None
+    devices: list[int]
+    started_ns: int | None
+    stopped_ns: int | None
+
+
+def _times(events: list[_Event], base: int) -> tuple[np.ndarray, np.ndarray]:
+    start = _us_to_ns([e.ts for e in events]) + base
+    dur = _us_to_ns([e.dur for e in events])
+    return start, dur
+
+
+def _dev(e: _Event) -> Any:
+    d = _arg(e, "device")
+    return d if d is not None else (e.pid if isinstance(e.pid, int) else None)
+
+
+def _stream(e: _Event) -> Any:
+    s = _arg(e, "stream")
+    return s if s is not None else (e.tid if isinstance(e.tid, int) else None)
+
+
+def _host_tid(e: _Event) -> Any:
+    t = _ps(e, "tid", e.tid)
+    return t if isinstance(t, int) else _to_int(t)
+
+
+def _host_pid(e: _Event, pid_map: dict[Any, Any] | None) -> Any:
+    pid = e.pid
+    if pid_map is not None and pid in pid_map:
+        return pid_map[pid]
+    return pid if isinstance(pid, int) else _to_int(pid)
+
+
+_EMPTY_ARGS = _Args()
+_ARGS_LIST_DECODER = msgspec.json.Decoder(list[_Args | None], float_hook=str)
+
+
+def _decode_args_batch(events: list[_Event], *, store: bool = True) -> list[_Args]:
+    """Decode the Raw ``args`` of ``events`` (in one call) and return every event's
+    :class:`_Args` (an empty one where an event has none).  Decoded args are stored back on
+    the events, so that none keeps pointing into the JSON text (``store`` is accepted for
+    compatibility and ignored); events already decoded are left as they are."""
+    pending = [e for e in events if isinstance(e.args, msgspec.Raw)]
+    if pending:
+        raws = [e.args if e.args else b"null" for e in pending]
+        try:
+            decoded = _ARGS_LIST_DECODER.decode(b"[" + b",".join(raws) + b"]")
+        except msgspec.ValidationError:
+            decoded = [_decode_one(r) for r in raws]  # some event's args are not an object
+        for e, a in zip(pending, decoded):
+            e.args = a if a is not None else _EMPTY_ARGS
+    return [e.args if e.args is not None else _EMPTY_ARGS for e in events]
+
+
+def _decode_one(raw: Any) -> _Args | None:
+    try:
+        return _ARGS_DECODER.decode(raw)
+    except msgspec.ValidationError:
+        return None
+
+
+def _ints(values: list[Any], fallback: list[Any] | None = None, type_: pa.DataType = pa.int64()) -> pa.Array:
+    """Integer column from ``values``, taking ``fallback[i]`` where ``values[i]`` is None."""
+    if fallback is not None:
+        values = [v if v is not None else f for v, f in zip(values, fallback)]
+    return _int_col(values, type_)
+
+
+def _strs(values: list[Any]) -> pa.Array:
+    try:
+        return pa.array(values, pa.string())
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        return pa.array([_str_or_none(v) for v in values], pa.string())
+
+
+def _triples(values: list[Any]) -> tuple[pa.Array, pa.Array, pa.Array]:
+    """x, y, z int32 columns from ``[x, y, z]`` lists (Kineto's grid/block)."""
+    n = len(values)
+    try:
+        arr = np.array(values, dtype=np.int64)
+        if arr.shape == (n, 3):
+            return tuple(pa.array(arr[:, i], pa.int32()) for i in range(3))  # type: ignore[return-value]
+    except (ValueError, TypeError, OverflowError):
+        pass
+    return tuple(_int_col([_xyz(v, i) for v in values], pa.int32()) for i in range(3))  # type: ignore[return-value]
+
+
+def _extras(args: list[_Args]) -> list[dict[str, Any]] | None:
+    """The per-event ``args.ps`` dicts of perfscope's own exports, or None when no event has one."""
+    ps = [a.ps for a in args]
+    if not any(p is not None for p in ps):
+        return None
+    return [p if isinstance(p, dict) else {} for p in ps]
+
+
+def _with_extra(values: list[Any], extras: list[dict[str, Any]] | None, key: str) -> list[Any]:
+    """``values`` with ``extras[i][key]`` where that key is present (even when null)."""
+    if extras is None:
+        return values
+    return [x[key] if key in x else v for v, x in zip(values, extras)]
+
+
+def _pids(events: list[_Event], pid_map: dict[Any, Any] | None) -> list[Any]:
+    pids = [e.pid for e in events]
+    if pid_map:
+        pids = [pid_map.get(p, p) for p in pids]
+    return pids
+
+
+@dataclass
+class _Classified:
+    """One rank's events that some table needs, by kind, with their args decoded."""
+
+    kernels: list[_Event] = field(default_factory=list)
+    memcpy: list[_Event] = field(default_factory=list)
+    memset: list[_Event] = field(default_factory=list)
+    sync: list[_Event] = field(default_factory=list)
+    api: list[_Event] = field(default_factory=list)
+    markers: list[_Event] = field(default_factory=list)
+    gpu_markers: list[_Event] = field(default_factory=list)
+    steps: list[tuple[int, _Event]] = field(default_factory=list)
+    host: list[_Event] = field(default_factory=list)
+    colls: list[_Event] = field(default_factory=list)
+    metrics: list[_Event] = field(default_factory=list)
+    rpc: list[_Event] = field(default_factory=list)
+
+    def add(self, events: Iterable[_Event]) -> None:
+        """Sort ``events`` into their kinds and decode the kept ones' args.
+
+        Everything else (``cpu_op`` ops, flows, metadata: most of a trace) is dropped, and
+        with it the chunk's text, since kept events no longer point into it.
+        """
+        kept: dict[str, list[_Event]] = {
+            k: [] for k in ("kernels", "memcpy", "memset", "sync", "api", "gpu_markers", "host", "colls", "metrics", "rpc")}
+        annotations: list[_Event] = []
+        cpu_steps: list[_Event] = []
+        for e in events:
+            ph = e.ph
+            if ph != "X":
+                if ph == "C" and e.cat == "perfscope_metric":
+                    kept["metrics"].append(e)
+                continue
+            cat = e.cat
+            if cat == "cpu_op":
+                # Most events of a trace; only record_param_comms and old-style steps matter.
+                name = e.name
+                if name == "record_param_comms":
+                    kept["rpc"].append(e)
+                elif isinstance(name, str) and name.startswith("ProfilerStep#") and _STEP_RE.match(name):
+                    cpu_steps.append(e)
+            elif cat == "cuda_runtime" or cat == "cuda_driver":
+                kept["api"].append(e)
+            elif cat == "kernel":
+                kept["kernels"].append(e)
+            elif cat == "user_annotation":
+                annotations.append(e)
+            elif cat == "gpu_memcpy":
+                kept["memcpy"].append(e)
+            elif cat == "gpu_memset":
+                kept["memset"].append(e)
+            elif cat == "cuda_sync":
+                kept["sync"].append(e)
+            elif cat == "gpu_user_annotation":
+                kept["gpu_markers"].append(e)
+            elif cat == "perfscope_host":
+                kept["host"].append(e)
+            elif cat == "perfscope_collective":
+                kept["colls"].append(e)
+        # user_annotation: steps (ProfilerStep#N, or marked by our exporter), record_param_comms
+        # (some PyTorch versions), everything else a marker.
+        for e, a in zip(annotations, _decode_args_batch(annotations)):
+            name = e.name
+            if isinstance(a.ps, dict):
+                if a.ps.get("step") is not None:
+                    self.steps.append((int(a.ps["step"]), e))
+                else:
+                    self.markers.append(e)
+            elif isinstance(name, str) and name.startswith("ProfilerStep#") and _STEP_RE.match(name):
+                self.steps.append((int(name[13:]), e))
+            elif name == "record_param_comms":
+                self.rpc.append(e)
+            else:
+                self.markers.append(e)
+        _decode_args_batch(cpu_steps)
+        self.steps.extend((int(e.name[13:]), e) for e in cpu_steps)
+        for kind, evs in kept.items():
+            if evs:
+                _decode_args_batch(evs)
+                getattr(self, kind).extend(evs)
+
+
+class _Launch(NamedTuple):
+    """What later lookups need of a CUDA API call (kept per correlation id, not the event)."""
+
+    pid: Any
+    tid: Any
+    ts: Any
+    ps: Any
+
+
+class _RankBuilder:
+    """Builds one rank's tables from chunks of events, holding columns, not events.
+
+    Per chunk, the events a table needs become column pieces at once; only what links
+    across chunks is kept: API launches by correlation id (for the thread a sync waited on
+    and the launch of an NCCL kernel), the sync events, NCCL kernels, record_param_comms ops
+    and perfscope collective rows (all few).
+    """
+
+    def __init__(self, base_ns: int, pid_map: dict[Any, Any] | None = None) -> None:
+        self.base_ns = base_ns
+        self.pid_map = pid_map
+        self.parts: dict[str, list[dict[str, Any]]] = {}
+        self.launches: dict[int, _Launch] = {}
+        self.sync: list[_Event] = []
+        self.nccl: list[_Event] = []
+        self.rpc: list[_Event] = []
+        self.colls: list[_Event] = []
+
+    def add(self, events: Iterable[_Event] | _Classified) -> None:
+        """Add a chunk of events (or an already classified set)."""
+        if isinstance(events, _Classified):
+            c = events
+        else:
+            c = _Classified()
+            c.add(events)
+        for e in c.api:
+            corr = e.args.correlation
+            if isinstance(corr, int):
+                self.launches[corr] = _Launch(e.pid, e.tid, e.ts, e.args.ps)
+        self.sync.extend(c.sync)
+        self.rpc.extend(c.rpc)
+        self.colls.extend(c.colls)
+        self.nccl.extend(e for e in c.kernels if isinstance(e.name, str) and is_nccl_kernel(e.name))
+        for name, cols in _basic_tables(c, self.base_ns, self.pid_map).items():
+            self.parts.setdefault(name, []).append(cols)
+
+    def finish(self) -> RankTables:
+        """Join the pieces and build the tables that link across chunks."""
+        out = {name: _concat_columns(pieces) for name, pieces in self.parts.items()}
+        self.parts.clear()
+        warnings: list[str] = []
+        if self.sync:
+            out["sync"] = _sync_table(self.sync, self.launches, self.base_ns)
+        if self.colls:
+            _decode_args_batch(self.colls)
+            out["collectives"] = _collectives_from_export(self.colls, self.base_ns)
+        elif self.nccl:
+            out["collectives"] = _collectives_from_kernels(self.nccl, self.rpc, self.launches, self.base_ns, warnings)
+        return _rank_tables(out, warnings)
+
+
+def _concat_columns(pieces: list[dict[str, Any]]) -> dict[str, Any]:
+    """Join per-chunk column pieces (numpy arrays, Arrow arrays or lists) column by column."""
+    if len(pieces) == 1:
+        return pieces[0]
+    out: dict[str, Any] = {}
+    for col in pieces[0]:
+        parts = [p[col] for p in pieces]
+        first = parts[0]
+        if isinstance(first, np.ndarray):
+            out[col] = np.concatenate(parts)
+        elif isinstance(first, (pa.Array, pa.ChunkedArray)):
+            out[col] = pa.chunked_array([x for x in parts], type=first.type)
+        else:
+            out[col] = [v for x in parts for v in x]
+    return out
+
+
+def build_rank_tables(events: Iterable[_Event] | _Classified, base_ns: int, *, pid_map: dict[Any, Any] | None = None) -> RankTables:
+    """Turn one rank's events into column batches for the store.
+
+    Args:
+        events: the rank's decoded events (any order), or a :class:`_Classified` set.
+        base_ns: ``baseTimeNanoseconds`` (0 when the trace has absolute timestamps).
+        pid_map: exported-pid -> original host pid (perfscope's own multi-rank exports).
+
+    Returns:
+        a :class:`RankTables` whose ``tables`` map table names to {column: values}.
+    """
+    builder = _RankBuilder(base_ns, pid_map)
+    builder.add(events)
+    return builder.finish()
+
+
+def _basic_tables(c: _Classified, base_ns: int, pid_map: dict[Any, Any] | None) -> dict[str, dict[str, Any]]:
+    """The tables whose rows need nothing from other chunks: api, kernels, memcpy, memset,
+    markers, steps, host and metrics (each {column: values})."""
+    kernels, memcpy, memset, api = c.kernels, c.memcpy, c.memset, c.api
+    markers, gpu_markers, steps, host, metrics = c.markers, c.gpu_markers, c.steps, c.host, c.metrics
+    out: dict[str, dict[str, Any]] = {}
+
+    # -- api -----------------------------------------------------------------------------
+    if api:
+        api_args = _decode_args_batch(api)
+        x = _extras(api_args)
+        start, dur = _times(api, base_ns)
+        cats = [e.cat for e in api]
+        out["api"] = {
+            "start_ns": start, "dur_ns": dur,
+            "pid": _int_col(_with_extra(_pids(api, pid_map), x, "pid")),
+            "tid": _int_col(_with_extra([e.tid for e in api], x, "tid")),
+            "correlation": _int_col([a.correlation for a in api_args]),
+            "name": _strs([e.name for e in api]),
+            "kind": _with_extra(["driver" if c == "cuda_driver" else "runtime" for c in cats], x, "kind"),
+            "cbid": _int_col([a.cbid for a in api_args], pa.int32()),
+        }
+
+    # -- kernels -------------------------------------------------------------------------
+    if kernels:
+        args = _decode_args_batch(kernels)
+        start, dur = _times(kernels, base_ns)
+        gx, gy, gz = _triples([a.grid for a in args])
+        bx, by, bz = _triples([a.block for a in args])
+        out["kernels"] = {
+            "start_ns": start, "dur_ns": dur,
+            "device": _ints([a.device for a in args], [e.pid for e in kernels], pa.int32()),
+            "stream": _ints([a.stream for a in args], [e.tid for e in kernels]),
+            "correlation": _int_col([a.correlation for a in args]),
+            "name": _strs([e.name for e in kernels]),
+            "grid_x": gx, "grid_y": gy, "grid_z": gz, "block_x": bx, "block_y": by, "block_z": bz,
+            "registers_per_thread": _int_col([a.registers for a in args], pa.int32()),
+            "shared_mem_bytes": _int_col([a.shared_memory for a in args]),
+            "graph_id": _int_col([a.graph_id for a in args]),
+        }
+
+    # -- memcpy / memset -----------------------------------------------------------------
+    if memcpy:
+        args = _decode_args_batch(memcpy, store=False)
+        x = _extras(args)
+        start, dur = _times(memcpy, base_ns)
+        cache: dict[Any, tuple[str, str, str, bool]] = {}
+        parsed = [cache.get(e.name) or cache.setdefault(e.name, parse_memcpy_name(e.name if isinstance(e.name, str) else ""))
+                  for e in memcpy]
+        out["memcpy"] = {
+            "start_ns": start, "dur_ns": dur,
+            "device": _ints([a.device for a in args], [e.pid for e in memcpy], pa.int32()),
+            "stream": _ints([a.stream for a in args], [e.tid for e in memcpy]),
+            "correlation": _int_col([a.correlation for a in args]),
+            "copy_kind": _with_extra([p[0] for p in parsed], x, "copy_kind"),
+            "bytes": _int_col([a.bytes for a in args]),
+            "src_kind": _with_extra([p[1] for p in parsed], x, "src_kind"),
+            "dst_kind": _with_extra([p[2] for p in parsed], x, "dst_kind"),
+            "pageable": pa.array(_with_extra([p[3] for p in parsed], x, "pageable"), pa.bool_()),
+        }
+    if memset:
+        args = _decode_args_batch(memset, store=False)
+        x = _extras(args)
+        start, dur = _times(memset, base_ns)
+        out["memset"] = {
+            "start_ns": start, "dur_ns": dur,
+            "device": _ints([a.device for a in args], [e.pid for e in memset], pa.int32()),
+            "stream": _ints([a.stream for a in args], [e.tid for e in memset]),
+            "correlation": _int_col([a.correlation for a in args]),
+            "bytes": _int_col([a.bytes for a in args]),
+            "value": _int_col(_with_extra([None] * len(memset), x, "value")),
+            "mem_kind": _with_extra([parse_memset_kind(e.name if isinstance(e.name, str) else "") for e in memset], x, "mem_kind"),
+        }
+
+    # -- markers: host annotations then GPU annotations ----------------------------------
+    gpu_args = _decode_args_batch(gpu_markers, store=False)
+    all_markers = markers + gpu_markers
+    if all_markers:
+        args = [e.args for e in markers] + gpu_args
+        x = _extras(args)
+        n_host = len(markers)
+        host_x = x[:n_host] if x is not None else None
+        start, dur = _times(all_markers, base_ns)
+        cats = [e.cat for e in all_markers]
+        out["markers"] = {
+            "start_ns": start, "dur_ns": dur,
+            "pid": _int_col(_with_extra(_pids(markers, pid_map) + [None] * len(gpu_markers), x, "pid")),
+            "tid": _int_col(_with_extra([e.tid for e in markers] + [None] * len(gpu_markers), x, "tid")),
+            "name": _strs([e.name for e in all_markers]),
+            "domain": _with_extra(cats, x, "domain"),
+            "source": _with_extra(cats, x, "source"),
+            "device": _int_col(_with_extra([None] * n_host, host_x, "device")
+                               + [a.device if a.device is not None else e.pid for a, e in zip(gpu_args, gpu_markers)], pa.int32()),
+            "stream": _int_col(_with_extra([None] * n_host, host_x, "stream")
+                               + [a.stream if a.stream is not None else e.tid for a, e in zip(gpu_args, gpu_markers)]),
+        }
+
+    # -- steps ---------------------------------------------------------------------------
+    if steps:
+        evs = [e for _, e in steps]
+        start, dur = _times(evs, base_ns)
+        x = _extras([e.args for e in evs])
+        out["steps"] = {
+            "step": np.array([n for n, _ in steps], np.int64),
+            "start_ns": start, "dur_ns": dur,
+            "name": _strs([e.name for e in evs]),
+            "source": _with_extra(["profiler_step"] * len(evs), x, "source"),
+        }
+
+    # -- host (perfscope exports only) ---------------------------------------------------
+    if host:
+        args = _decode_args_batch(host, store=False)
+        x = _extras(args) or [{}] * len(host)
+        start, dur = _times(host, base_ns)
+        out["host"] = {
+            "start_ns": start, "dur_ns": dur,
+            "tid": _int_col(_with_extra([e.tid for e in host], x, "tid")),
+            "kind": [p.get("kind", "other") for p in x],
+            "name": _strs([e.name for e in host]),
+        }
+
+    # -- metrics (perfscope exports only) ------------------------------------------------
+    if metrics:
+        x = _extras(_decode_args_batch(metrics, store=False)) or [{}] * len(metrics)
+        out["metrics"] = {
+            "ts_ns": _us_to_ns([e.ts for e in metrics]) + base_ns,
+            "device": _int_col([p.get("device") for p in x], pa.int32()),
+            "metric": _strs([e.name for e in metrics]),
+            "value": pa.array([_to_float(p.get("value")) for p in x], pa.float64()),
+        }
+
+    return out
+
+
+def _sync_table(sync: list[_Event], launches: dict[int, _Launch], base_ns: int) -> dict[str, Any]:
+    """The ``sync`` table; the waiting thread is the one that made the correlated API call."""
+    args = _decode_args_batch(sync)
+    x = _extras(args)
+    start, dur = _times(sync, base_ns)
+    tids: list[Any] = []
+    for a in args:
+        if isinstance(a.ps, dict) and "tid" in a.ps:
+            tids.append(a.ps["tid"])
+            continue
+        launch = launches.get(a.correlation) if isinstance(a.correlation, int) else None
+        if launch is None:
+            tids.append(None)
+        elif isinstance(launch.ps, dict) and "tid" in launch.ps:
+            tids.append(launch.ps["tid"])
+        else:
+            tids.append(launch.tid)
+    return {
+        "start_ns": start, "dur_ns": dur,
+        "device": _ints([a.device for a in args], [e.pid for e in sync], pa.int32()),
+        "stream": _ints([a.stream for a in args], [e.tid for e in sync]),
+        "correlation": _int_col([a.correlation for a in args]),
+        "sync_kind": _with_extra([parse_sync_kind(a.cuda_sync_kind, e.name) for a, e in zip(args, sync)], x, "sync_kind"),
+        "tid": _int_col(tids),
+    }
+
+
+def _rank_tables(out: dict[str, dict[str, Any]], warnings: list[str]) -> RankTables:
+    """Wrap built tables with the facts the rank's metadata needs."""
+    host_pids = out["api"]["pid"] if "api" in out else (out["markers"]["pid"] if "markers" in out else None)
+    host_pid = None
+    if host_pids is not None and len(host_pids.drop_null()):
+        vc = host_pids.drop_null().value_counts()
+        host_pid = int(vc.field("values")[int(np.argmax(vc.field("counts").to_numpy()))].as_py())
+    spans = [(t["start_ns"], t["dur_ns"]) for name, t in out.items() if name != "metrics"]
+    started = min((int(s.min()) for s, _ in spans if len(s)), default=None)
+    stopped = max((int((s + d).max()) for s, d in spans if len(s)), default=None)
+    devices = sorted({int(d) for d in out["kernels"]["device"].drop_null().to_pylist()}) if "kernels" in out else []
+    return RankTables(out, warnings, host_pid, devices, started, stopped)
+
+
+def _to_float(v: Any) -> float | None:
+    try:
+        return None if v is None else float(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def _collectives_from_export(colls: list[_Event], base_ns: int) -> dict[str, Any]:
+    start, dur = _times(colls, base_ns)
+    p = [e.args.ps if e.args is not None and isinstance(e.args.ps, dict) else {} for e in colls]
+    enq = [x.get("enqueue_us") for x in p]
+    enq_ns = [None if v is None else int(n) + base_ns for v, n in zip(enq, _us_to_ns([0 if v is None else v for v in enq]))]
+    cols: dict[str, Any] = {"start_ns": start, "dur_ns": dur, "enqueue_ns": pa.array(enq_ns, pa.int64())}
+    ints = {"seq": pa.int64(), "count": pa.int64(), "bytes": pa.int64(), "root": pa.int32(), "peer": pa.int32(),
+            "nranks": pa.int32(), "nchannels": pa.int32(), "nwarps": pa.int32(), "device": pa.int32(),
+            "stream": pa.int64(), "correlation": pa.int64()}
+    for name, t in ints.items():
+        cols[name] = _int_col([x.get(name) for x in p], t)
+    for name in ("comm_id", "func", "datatype", "algorithm", "protocol", "kernel_name", "source"):
+        cols[name] = [_str_or_none(x.get(name)) for x in p]
+    return cols
+
+
+def _collectives_from_kernels(
+    nccl: list[_Event], rpc: list[_Event], api_by_corr: dict[int, _Launch], base_ns: int, warnings: list[str]
+) -> dict[str, Any]:
+    """One row per NCCL kernel, with record_param_comms arguments where they can be linked."""
+    by_ext = {e.args.external_id: e for e in rpc if e.args is not None and isinstance(e.args.external_id, int)}
+    # Per thread: rpc ops sorted by start, to find the innermost one around a launch.
+    rpc_ts = _us_to_ns([e.ts for e in rpc]) if rpc else np.zeros(0, np.int64)
+    rpc_dur = _us_to_ns([e.dur for e in rpc]) if rpc else np.zeros(0, np.int64)
+    by_thread: dict[tuple[Any, Any], list[tuple[int, int, _Event]]] = {}
+    for e, t0, d in zip(rpc, rpc_ts.tolist(), rpc_dur.tolist()):
+        by_thread.setdefault((e.pid, e.tid), []).append((t0, t0 + d, e))
+    for lst in by_thread.values():
+        lst.sort(key=lambda x: x[0])
+    starts_by_thread = {k: [x[0] for x in v] for k, v in by_thread.items()}
+
+    launches = [api_by_corr.get(_arg(k, "correlation")) for k in nccl]
+    launch_ts = _us_to_ns([a.ts if a is not None else 0 for a in launches])
+
+    rows: dict[str, list[Any]] = {k: [] for k in (
+        "enqueue_ns", "comm_id", "seq", "func", "count", "datatype", "bytes", "nranks",
+        "algorithm", "protocol", "kernel_name", "device", "stream", "correlation")}
+    unlinked = 0
+    for k, launch, lts in zip(nccl, launches, launch_ts.tolist()):
+        a = k.args
+        # Newer Kineto copies the collective's arguments onto the kernel; older traces only
+        # have them on the launching record_param_comms op.  Use the kernel's, fill the
+        # rest (e.g. seq) from the op.
+        op = None
+        if a is not None:
+            op = by_ext.get(a.external_id)
+        if op is None and launch is not None:
+            op = _enclosing(by_thread.get((launch.pid, launch.tid)), starts_by_thread.get((launch.pid, launch.tid)), lts)
+        sources = [x for x in (a, op.args if op is not None else None) if x is not None]
+
+        def pick(attr: str) -> Any:
+            for x in sources:
+                v = getattr(x, attr)
+                if v is not None:
+                    return v
+            return None
+
+        func_k, algo, proto = parse_nccl_kernel(k.name)
+        collective = pick("collective")
+        if collective is None:
+            unlinked += 1
+        nin, nout = _to_int(pick("in_nelems")), _to_int(pick("out_nelems"))
+        both = [n for n in (nin, nout) if n is not None]
+        count = min(both) if both else None
+        dtype = _str_or_none(pick("dtype"))
+        size = dtype_size(dtype)
+        comm = pick("pg_name")
+        rows["enqueue_ns"].append(int(lts) + base_ns if launch is not None else None)
+        rows["comm_id"].append(_str_or_none(comm if comm is not None else pick("pg_id")))
+        rows["seq"].append(_to_int(pick("seq")))
+        rows["func"].append(normalize_collective(collective) or func_k)
+        rows["count"].append(count)
+        rows["datatype"].append(dtype)
+        rows["bytes"].append(count * size if count is not None and size is not None else None)
+        rows["nranks"].append(_to_int(pick("group_size")))
+        rows["algorithm"].append(algo)
+        rows["protocol"].append(proto)
+        rows["kernel_name"].append(_str_or_none(k.name))
+        rows["device"].append(_dev(k))
+        rows["stream"].append(_stream(k))
+        rows["correlation"].append(_arg(k, "correlation"))
+    if unlinked:
+        warnings.append(
+            f"{unlinked} of {len(nccl)} NCCL kernels have no collective arguments (no linked record_param_comms "
+            "with 'Collective name'); their size and communicator are unknown")
+    start, dur = _times(nccl, base_ns)
+    return {
+        "start_ns": start, "dur_ns": dur,
+        "enqueue_ns": pa.array(rows["enqueue_ns"], pa.int64()),
+        "comm_id": rows["comm_id"], "seq": _int_col(rows["seq"]), "func": rows["func"],
+        "count": _int_col(rows["count"]), "datatype": rows["datatype"], "bytes": _int_col(rows["bytes"]),
+        "nranks": _int_col(rows["nranks"], pa.int32()), "algorithm": rows["algorithm"],
+        "protocol": rows["protocol"], "kernel_name": rows["kernel_name"],
+        "device": _int_col(rows["device"], pa.int32()), "stream": _int_col(rows["stream"]),
+        "correlation": _int_col(rows["correlation"]), "source": ["kineto"] * len(nccl),
+    }
+
+
+def _enclosing(ops: list[tuple[int, int, _Event]] | None, starts: list[int] | None, t: int) -> _Event | None:
+    """The latest-starting op in ``ops`` (sorted by start) whose range holds ``t``."""
+    if not ops or starts is None:
+        return None
+    i = bisect_right(starts, t) - 1
+    while i >= 0:
+        s, end, e = ops[i]
+        if s <= t <= end:
+            return e
+        i -= 1
+    return None
+
+
+# ---------------------------------------------------------------------------------------
+# Whole import
+# ---------------------------------------------------------------------------------------
+@dataclass
+class _Parsed:
+    path: Path
+    trace: _Trace
+    rank: int | None
+
+
+def _dist_rank(trace: _Trace) -> int | None:
+    d = trace.distributedInfo
+    if isinstance(d, dict):
+        return _to_int(d.get("rank"))
+    return None
+
+
+def _gpu_info(props: Any, devices: list[int]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """(gpu dict of the rank's device, all device dicts) from Kineto deviceProperties."""
+    if not isinstance(props, list):
+        return {}, []
+    all_props = [p for p in props if isinstance(p, dict)]
+    chosen = None
+    for p in all_props:
+        if devices and _to_int(p.get("id")) == devices[0]:
+            chosen = p
+            break
+    if chosen is None and len(all_props) == 1:
+        chosen = all_props[0]
+    if chosen is None:
+        return {}, all_props
+    gpu = {
+        "index": _to_int(chosen.get("id")),
+        "name": chosen.get("name"),
+        "memory_bytes": _to_int(chosen.get("totalGlobalMem")),
+        "compute_capability": (f"{chosen.get('computeMajor')}.{chosen.get('computeMinor')}"
+                               if chosen.get("computeMajor") is not None else None),
+        "num_sms": _to_int(chosen.get("numSms")),
+        "uuid": chosen.get("uuid"),
+    }
+    return {k: v for k, v in gpu.items() if v is not None}, all_props
+
+
+def _check_output(out: Path, force: bool) -> None:
+    if out.exists() and not out.is_dir():
+        raise RunExistsError(f"{out} exists and is a file; choose another output directory")
+    if out.is_dir() and any(out.iterdir()) and not force:
+        what = "a run" if (out / "run.json").exists() else "other files"
+        raise RunExistsError(f"{out} already holds {what}; choose another output or pass --force to replace it")
+
+
+def import_kineto(
+    files: PathLike | Sequence[PathLike],
+    out: PathLike,
+    *,
+    rank: int | None = None,
+    force: bool = False,
+    progress: ProgressFn | None = None,
+) -> ImportResult:
+    """Import Kineto trace files (one per rank) into a new run at ``out``.
+
+    Args:
+        files: ``.json`` or ``.json.gz`` traces (gzip detected by content).
+        out: the run directory to create.
+        rank: the rank of a single file without ``distributedInfo.rank``.
+        force: replace an existing run (or the perfscope files in a non-empty folder).
+        progress: called as ``progress(message, bytes_done, bytes_total)``.
+
+    Returns:
+        an :class:`ImportResult` with the run path, rows per rank and table, and warnings.
+
+    Raises:
+        InputError: a file is missing, unreadable, not JSON or not a Kineto trace.
+        UsageError: ``rank`` given with several files, or two files claim the same rank.
+        RunExistsError: ``out`` exists and ``force`` is false.
+    """
+    from perfscope.store.meta import create_run, update_run, write_rank_meta
+    from perfscope.store.writer import write_rank_tables
+
+    paths = [Path(files)] if isinstance(files, (str, os.PathLike)) else [Path(f) for f in files]
+    if not paths:
+        raise UsageError("no trace files given; pass one .json or .json.gz file per rank")
+    if rank is not None and len(paths) > 1:
+        raise UsageError(f"--rank applies to a single file, but {len(paths)} were given; each file's rank comes from its distributedInfo")
+    if rank is not None and rank < 0:
+        raise UsageError(f"--rank must be 0 or more, not {rank}")
+    out = Path(out)
+    _check_output(out, force)
+    for p in paths:
+        if not p.exists():
+            raise InputError(f"no such file: {p}")
+    sizes = [p.stat().st_size if p.is_file() else 0 for p in paths]
+    total = sum(sizes) or 1
+    done = 0
+    result = ImportResult(path=out)
+
+    tmp = out.parent / f".{out.name}.importing-{os.getpid()}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    try:
+        # Ranks are known only after decoding, and decoding every file first would hold all
+        # of them in memory: decode one at a time, write its rank, then drop it.
+        create_run(tmp, source="import:kineto", collectors=["kineto"], command=[])
+        seen: dict[int, Path] = {}
+        world_sizes: list[int] = []
+        next_guess = 0
+        guessed: list[str] = []
+        for path, size in zip(paths, sizes):
+            if progress:
+                progress(f"reading {path.name}", done, total)
+            data = read_trace_bytes(path)
+            trace = decode_trace(data, path)
+            if progress:
+                progress(f"converting {path.name}", done + size // 2, total)
+            base = _to_int(trace.baseTimeNanoseconds) or 0
+            ws = _to_int(trace.distributedInfo.get("world_size")) if isinstance(trace.distributedInfo, dict) else None
+            if ws:
+                world_sizes.append(ws)
+            groups = _split_perfscope_export(trace)
+            if groups is None:
+                r = _dist_rank(trace)
+                if r is None:
+                    if rank is not None:
+                        r = rank
+                    else:
+                        while next_guess in seen:
+                            next_guess += 1
+                        r = next_guess
+                        guessed.append(f"{path.name} -> rank {r}")
+                elif rank is not None and r != rank:
+                    result.warnings.append(f"{path.name}: --rank {rank} overrides distributedInfo.rank {r}")
+                    r = rank
+                groups = [(r, None, trace.deviceProperties, trace.distributedInfo)]
+            for r, *_ in groups:
+                if r in seen:
+                    raise UsageError(
+                        f"{seen[r].name} and {path.name} are both rank {r}; import them into separate runs")
+                seen[r] = path
+            # Decode a chunk of events at a time and keep only what a table needs.
+            owner = _pid_owner(trace)
+            builders = {r: _RankBuilder(base, pid_map) for r, pid_map, *_ in groups}
+            only = groups[0][0]
+            text_times = _needs_text_times(data)
+            for chunk in iter_event_chunks(trace.traceEvents or [], text_times=text_times, path=path):
+                if owner is None:
+                    builders[only].add(chunk)
+                else:
+                    by_rank: dict[int, list[_Event]] = {}
+                    for e in chunk:
+                        by_rank.setdefault(owner.get(e.pid, only), []).append(e)
+                    for r, evs in by_rank.items():
+                        builders[r].add(evs)
+            trace.traceEvents = None
+            del data
+            for r, pid_map, props, dist in groups:
+                rt = builders.pop(r).finish()
+                written = write_rank_tables(tmp, r, rt.tables)
+                result.rows[r] = {name: int(written.get(name, 0)) for name in rt.tables}
+                result.warnings.extend(f"rank {r}: {w}" for w in rt.warnings)
+                gpu, all_props = _gpu_info(props, rt.devices)
+                info: dict[str, Any] = {
+                    "host": trace.host_name if isinstance(trace.host_name, str) else None,
+                    "pid": rt.host_pid,
+                    "local_rank": None,
+                    "status": "complete",
+                    "started_ns": rt.started_ns,
+                    "stopped_ns": rt.stopped_ns,
+                    "gpu": gpu,
+                    "devices": all_props,
+                    "versions": {"nccl": dist.get("nccl_version")} if isinstance(dist, dict) and dist.get("nccl_version") else {},
+                    "clock_offset_ns": 0,
+                    "collectors": ["kineto"],
+                    "dropped_events": {},
+                    "warnings": list(rt.warnings),
+                    "source_file": str(path),
+                    "trace_name": trace.traceName if isinstance(trace.traceName, str) else None,
+                    "distributed_info": dist if isinstance(dist, dict) else None,
+                    "base_time_ns": base,
+                }
+                write_rank_meta(tmp, r, info)
+            del trace, groups
+            done += size
+        if guessed:
+            if len(paths) == 1:
+                result.warnings.append(f"{paths[0].name} has no distributedInfo.rank; imported as rank {seen and min(seen)} (pass --rank to choose)")
+            else:
+                result.warnings.append("no distributedInfo.rank in " + ", ".join(guessed) + " (ranks given in file order)")
+        world = max(world_sizes) if world_sizes else None
+        world = max(world or 0, len(seen), (max(seen) + 1) if seen else 0)
+        update_run(tmp, status="complete", world_size=world, notes=[f"imported from {p}" for p in paths] + result.warnings)
+        if progress:
+            progress("writing run", total, total)
+        _move_into_place(tmp, out, force)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return result
+
+
+def _export_ranks(trace: _Trace) -> list[dict[str, Any]] | None:
+    """The per-rank blocks of one of perfscope's own exports, or None for other traces."""
+    ps = trace.perfscope
+    if not isinstance(ps, dict) or not isinstance(ps.get("ranks"), list):
+        return None
+    ranks = [r for r in ps["ranks"] if isinstance(r, dict) and _to_int(r.get("rank")) is not None]
+    return ranks or None
+
+
+def _pid_owner(trace: _Trace) -> dict[Any, int] | None:
+    """Exported pid -> rank for a multi-rank perfscope export (None otherwise)."""
+    ranks = _export_ranks(trace)
+    if ranks is None or len(ranks) < 2:
+        return None
+    return {entry["pid"]: int(r["rank"]) for r in ranks for entry in r.get("pids", [])
+            if isinstance(entry, dict) and "pid" in entry}
+
+
+def _split_perfscope_export(trace: _Trace) -> list[tuple[int, dict[Any, Any] | None, Any, Any]] | None:
+    """The ranks of one of perfscope's own exports (the first is where unclaimed pids go).
+
+    Returns None for ordinary Kineto traces.  Otherwise a list of (rank, exported-pid ->
+    original host pid, deviceProperties, distributedInfo).
+    """
+    ranks = _export_ranks(trace)
+    if ranks is None:
+        return None
+    out = []
+    for r in ranks:
+        pid_map = {entry["pid"]: entry.get("host_pid") for entry in r.get("pids", [])
+                   if isinstance(entry, dict) and "pid" in entry and entry.get("kind") == "host"}
+        out.append((int(r["rank"]), pid_map, r.get("deviceProperties"), r.get("distributedInfo")))
+    return out
+
+
+def _move_into_place(tmp: Path, out: Path, force: bool) -> None:
+    """Move the finished run from ``tmp`` to ``out`` (replacing perfscope files if forced)."""
+    if not out.exists():
+        out.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(tmp, out)
+        return
+    _check_output(out, force)
+    from perfscope.store.meta import _clear_run  # the store's own notion of "perfscope files"
+
+    _clear_run(out)
+    for child in tmp.iterdir():
+        os.replace(child, out / child.name)
+    tmp.rmdir()
+
+
+__all__ = [
+    "ImportResult", "import_kineto", "parse_memcpy_name", "parse_memset_kind", "parse_sync_kind",
+    "parse_nccl_kernel", "normalize_collective", "dtype_size", "is_nccl_kernel",
+]

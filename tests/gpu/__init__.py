@@ -1,0 +1,1 @@
+"""GPU tests (marked gpu): run on the device machine, skipped in CI."""

@@ -1,0 +1,49 @@
+"""Synthetic one-bottleneck runs (see scenario_runs.py): dominant bucket and first advice."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from scenario_runs import EXPECTED, finish
+
+from perfscope.analyzers import analyze_run, step_summary
+from perfscope.analyzers.result import BUCKET_COLUMNS, BUCKETS
+from perfscope.store import open_run
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_scenario_classified(tmp_path: Path, name: str) -> None:
+    build, dominant, first = EXPECTED[name]
+    run = build(tmp_path / name)
+    finish(run)
+    a = analyze_run(open_run(run))
+    assert a.recommendations, "a bottleneck must trigger advice"
+    assert a.recommendations[0].id == first, [r.id for r in a.recommendations]
+    s = step_summary(a.steps)
+    if name == "straggler":
+        slow = a.recommendations[0].ranks[0]
+        assert slow == 2 and a.stragglers.iloc[0]["rank"] == 2
+        s = s[s["rank"] != slow]  # the others wait in sync
+    for _, row in s.iterrows():
+        assert BUCKETS[int(row[list(BUCKET_COLUMNS)].astype(float).values.argmax())] == dominant
+    r = a.recommendations[0]
+    assert r.saving_ns > 0 and 0 < r.saving_share <= 1 and r.change and r.evidence
+
+
+def test_no_advice_without_evidence(tmp_path: Path) -> None:
+    """A healthy run (82 % compute, 4 % input wait, 4 % pinned copies, 10 % host) fires nothing."""
+    from scenario_runs import MS, T0, US, RankTrace, _run, _step
+
+    _run(tmp_path / "ok", 1)
+    tr = RankTrace()
+    for i in range(5):
+        t = T0 + i * 10 * MS
+        _step(tr, i, t, t + 10 * MS)
+        tr.host.append({"start_ns": t, "dur_ns": 400 * US, "kind": "dataloader_wait", "name": "next", "tid": 1})
+        tr.copy(t + 400 * US, t + 400 * US, 400 * US)
+        for j in range(8):
+            tr.kernel(t + 800 * US + j * 10 * US, t + 800 * US + j * 1025 * US, 1025 * US)
+    tr.write(tmp_path / "ok", 0)
+    finish(tmp_path / "ok")
+    a = analyze_run(open_run(tmp_path / "ok"))
+    assert [r.id for r in a.recommendations] == []

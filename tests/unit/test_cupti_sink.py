@@ -1,0 +1,88 @@
+"""The native buffer sink without CUPTI: synthetic buffers walked end to end (ps_feed_plain)."""
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+import pytest
+
+from perfscope.collectors.cupti import cbids, decode, layouts
+
+
+@pytest.fixture(scope="module")
+def sink():
+    from perfscope.collectors.cupti import native
+    from perfscope.errors import CuptiUnavailableError
+
+    if native.library_path() is None:
+        try:
+            from perfscope.collectors.cupti import build
+
+            build.build_in_place()
+        except Exception as e:  # noqa: BLE001
+            pytest.skip(f"native sink not built and no compiler: {e}")
+    try:
+        s = native.Sink()
+    except CuptiUnavailableError as e:
+        pytest.skip(str(e))
+    s.reset()
+    return s
+
+
+def _kernel(name_ptr: int, start: int, corr: int) -> np.ndarray:
+    r = np.zeros(1, layouts.KERNEL)
+    r["kind"], r["start"], r["end"], r["correlation_id"], r["name"] = layouts.KIND_CONCURRENT_KERNEL, start, start + 500, corr, name_ptr
+    r["grid_x"] = r["block_x"] = 1
+    return r
+
+
+def _api(kind: int, cbid: int, corr: int) -> np.ndarray:
+    r = np.zeros(1, layouts.API)
+    r["kind"], r["cbid"], r["start"], r["end"], r["correlation_id"] = kind, cbid, 1000 + corr, 1100 + corr, corr
+    return r
+
+
+def test_sink_copies_filters_and_interns(sink) -> None:
+    names = [ctypes.create_string_buffer(b"_Z6kernelPf"), ctypes.create_string_buffer(b"other_kernel")]
+    ptrs = [ctypes.addressof(n) for n in names]
+    launch = next(k for k, v in cbids.RUNTIME.items() if v == "cudaLaunchKernel")
+    get_device = 1000  # any id outside the keep-list
+    recs = [_kernel(ptrs[0], 10_000, 1), _api(layouts.KIND_RUNTIME, launch, 1), _api(layouts.KIND_RUNTIME, get_device, 2),
+            _kernel(ptrs[1], 20_000, 3), _kernel(ptrs[0], 30_000, 4)]
+    buf = b"".join(r.tobytes() for r in recs)
+    sink.configure([layouts.KIND_CONCURRENT_KERNEL, layouts.KIND_RUNTIME])
+    sink.set_api_filter(cbids.RUNTIME, cbids.DRIVER)
+    sink.feed_plain(buf)
+    # the pointed-to strings may go away now: the sink copied them
+    del names
+    kern = decode.records(sink.take(layouts.KIND_CONCURRENT_KERNEL), layouts.KERNEL)
+    api = decode.records(sink.take(layouts.KIND_RUNTIME), layouts.API)
+    blob, first = sink.take_strings()
+    table = decode.StringTable()
+    # earlier tests in this process may have interned strings: pad the table to `first`
+    table.strings.extend([""] * first)
+    table.extend(blob, first)
+    assert len(kern) == 3 and len(api) == 1
+    assert api["cbid"][0] == launch
+    names_out = [table.strings[i - 1] for i in kern["name"]]
+    assert names_out == ["_Z6kernelPf", "other_kernel", "_Z6kernelPf"]
+    assert kern["name"][0] == kern["name"][2]  # interned once
+    st = sink.stats()
+    assert st["api_filtered"] == 1
+    assert st["kept"][layouts.KIND_CONCURRENT_KERNEL] == 3
+    assert sink.take(layouts.KIND_CONCURRENT_KERNEL).size == 0  # drained
+    tbl = decode.decode_kernels(kern, table)
+    assert tbl.column("name").to_pylist() == ["kernel(float*)", "other_kernel", "kernel(float*)"]
+
+
+def test_sink_drops_when_full(sink) -> None:
+    sink.reset()
+    sink.configure([layouts.KIND_RUNTIME])
+    sink.set_limits(0, 0, 40 * 3)  # room for three API records
+    launch = next(k for k, v in cbids.RUNTIME.items() if v == "cudaLaunchKernel")
+    sink.set_api_filter([launch], [])
+    sink.feed_plain(b"".join(_api(layouts.KIND_RUNTIME, launch, i).tobytes() for i in range(5)))
+    assert sink.take(layouts.KIND_RUNTIME).size == 3 * 40
+    assert sink.stats()["dropped_sink"] == 2
+    sink.set_limits(0, 0, 1 << 30)
+    sink.reset()

@@ -1,0 +1,193 @@
+"""Dashboard callbacks and data loading, called as plain functions on synthetic runs."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import plotly
+import pytest
+
+from dashboard_fixtures import EVIL_KERNEL, EVIL_MARKER, GEMM, NCCL_KERNEL, analysis_for, make_run
+from perfscope.dashboards import callbacks, layout
+from perfscope.dashboards.data import DashboardData, timeline_events
+from perfscope.errors import NotARunError, UsageError
+
+pytestmark = pytest.mark.filterwarnings("ignore:(?s).*dash_table.DataTable:DeprecationWarning")
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> DashboardData:
+    root = tmp_path_factory.mktemp("runs")
+    make_run(root / "a", steps=4)
+    make_run(root / "b", steps=6, step_ns=26_000_000)
+    return DashboardData([str(root / "a"), str(root / "b")], analyze=analysis_for)
+
+
+def _json(component: Any) -> str:
+    return json.dumps(component, cls=plotly.utils.PlotlyJSONEncoder)
+
+
+def _texts(node: Any) -> list[str]:
+    """Every plain-string child under ``node`` (what React renders as text)."""
+    out = []
+    for comp in _walk(node):
+        if isinstance(getattr(comp, "children", None), str):
+            out.append(comp.children)
+        elif isinstance(getattr(comp, "children", None), (list, tuple)):
+            out += [c for c in comp.children if isinstance(c, str)]
+    return out
+
+
+def _walk(node: Any) -> list[Any]:
+    """Every Dash component under ``node``."""
+    out = []
+    if hasattr(node, "_namespace"):
+        out.append(node)
+        node = getattr(node, "children", None)
+    if isinstance(node, (list, tuple)):
+        for child in node:
+            out += _walk(child)
+    elif hasattr(node, "_namespace"):
+        out += _walk(node)
+    return out
+
+
+@pytest.mark.parametrize("tab", [t for t, _ in layout.TABS])
+def test_every_tab_renders_and_serialises(data: DashboardData, tab: str) -> None:
+    content = callbacks.render_tab(data, tab, 0, None)
+    payload = _json(content)
+    assert len(payload) < 200_000
+    for comp in _walk(content):
+        # names from traces never reach HTML or Markdown renderers
+        assert type(comp).__name__ != "Markdown"
+        assert not getattr(comp, "dangerously_allow_html", False)
+        if type(comp).__name__ == "DataTable":
+            assert all(c.get("presentation", "input") == "input" for c in comp.columns)
+            for tip in getattr(comp, "tooltip_data", None) or []:
+                assert all(v["type"] == "text" for v in tip.values())
+
+
+def test_overview_shows_facts_and_hostile_names_as_plain_text(data: DashboardData) -> None:
+    content = callbacks.render_tab(data, "overview", 0, None)
+    text = _json(content)
+    assert '"4 steps"' in text and "2 x NVIDIA H200" in text
+    recs = data.get(0).analysis.recommendations
+    assert recs and any(recs[0].title == t for t in _texts(content))  # plain string children: React shows text
+    figs = [c.figure for c in _walk(content) if type(c).__name__ == "Graph"]
+    assert len(figs) == 2
+
+
+def test_hostile_names_stay_text_everywhere(data: DashboardData) -> None:
+    # Kernels table: the raw name as a cell value (DataTable renders cells as text).
+    rows, _, tips = callbacks.kernel_table(data, 0, "all")
+    assert EVIL_KERNEL in {r["name"] for r in rows}
+    assert {"value": EVIL_KERNEL, "type": "text"} in [t["name"] for t in tips]  # tooltips: text, not Markdown
+    # Figures: escaped, so plotly's HTML-subset renderer shows the characters.
+    for tab in ("overview", "ranks", "timeline", "compare"):
+        for comp in _walk(callbacks.render_tab(data, tab, 0, None)):
+            if type(comp).__name__ == "Graph":
+                payload = _json(comp.figure)
+                assert EVIL_KERNEL not in payload and EVIL_MARKER not in payload
+    # A hostile recommendation (as a rule could quote a kernel name) is rendered as text.
+    from dataclasses import replace
+
+    from perfscope.analyzers.result import Recommendation
+
+    rd = data.get(0)
+    evil = Recommendation(id="x", bucket="compute", title=EVIL_KERNEL, message=EVIL_MARKER,
+                          evidence={"kernel": EVIL_KERNEL}, saving_ns=1, change=EVIL_KERNEL)
+    cards = layout.recommendation_cards(replace(rd, analysis=replace(rd.analysis, recommendations=[evil])))
+    texts = _texts(cards)
+    assert EVIL_KERNEL in texts and EVIL_MARKER in texts
+    facts = dict(layout._facts(data.get(0)))
+    assert facts["ranks"] == "2 of world size 2" and facts["median step time"] != "n/a"
+
+
+def test_timeline_reads_one_step_of_one_rank(data: DashboardData) -> None:
+    rd = data.get(0)
+    t0, t1 = rd.step_window(1, 12)
+    ev = timeline_events(rd.run, 1, t0, t1)
+    lanes = list(dict.fromkeys(ev["lane"]))
+    assert lanes == ["host: dataloader_wait", "host: optimizer_step", "markers", "stream 7", "stream 20",
+                     "copies", "collectives", "sync"]
+    assert (ev["start_ns"] + ev["dur_ns"] > t0).all() and (ev["start_ns"] < t1).all()
+    assert (ev["lane"] == "stream 7").sum() == 30  # this step's kernels only
+    assert EVIL_MARKER in set(ev["name"]) and NCCL_KERNEL in set(ev["name"])
+    fig = callbacks.timeline_figure(data, 0, 1, 12)
+    assert "rank 1, step 12" in fig.layout.title.text
+    assert EVIL_MARKER not in fig.to_json()
+
+
+def test_clicks_pick_rank_and_step_and_open_the_timeline(data: DashboardData) -> None:
+    sel, tab = callbacks.pick(data, 0, "heat-wall", {"points": [{"x": "12", "y": "rank 1", "z": 23.0}]}, None)
+    assert (sel, tab) == ({"run": 0, "rank": 1, "step": 12}, "timeline")
+    sel2, _ = callbacks.pick(data, 0, "steps", {"points": [{"x": 11, "customdata": 11}]}, sel)
+    assert sel2 == {"run": 0, "rank": 1, "step": 11}
+    sel3, _ = callbacks.pick(data, 0, "ranks", {"points": [{"x": "rank 0", "customdata": 0}]}, sel2)
+    assert sel3["rank"] == 0 and sel3["step"] == 11
+    sel4, _ = callbacks.pick(data, 0, "stragglers", {"points": [{"y": "rank 1"}]}, sel3)
+    assert sel4["rank"] == 1
+    assert callbacks.pick(data, 0, "steps", None, sel) is None
+    assert callbacks.pick(data, 0, "heat-wall", {"points": [{"x": "oops", "y": "rank 1"}]}, sel) is None
+    assert callbacks.pick(data, 0, "nope", {"points": [{"x": 1}]}, sel) is None
+    # a selection from another run falls back to this run's default
+    content = callbacks.render_tab(data, "timeline", 1, sel)
+    assert "rank 0, step" in _json(content)
+
+
+def test_timeline_update_by_dropdown_and_zoom(data: DashboardData) -> None:
+    fig, options, value, sel = callbacks.timeline_update(data, 0, 1, 99, None, "tl-rank")
+    assert [o["value"] for o in options] == [10, 11, 12, 13] and value == 10
+    assert sel == {"run": 0, "rank": 1, "step": 10}
+    fig, options, value, sel = callbacks.timeline_update(data, 0, 0, 11, None, "tl-step")
+    assert options is None and value is None and "rank 0, step 11" in fig.layout.title.text
+    zoom = {"xaxis.range[0]": 2.0, "xaxis.range[1]": 4.0}
+    fig, *rest = callbacks.timeline_update(data, 0, 0, 11, zoom, "tl-graph")
+    assert list(fig.layout.xaxis.range) == pytest.approx([2.0, 4.0])
+    assert rest == [None, None, None]
+    assert callbacks.timeline_update(data, 0, 0, 11, {"autosize": True}, "tl-graph") is None
+    rd = data.get(0)
+    t0, t1 = rd.step_window(0, 11)
+    assert callbacks.zoom_window(rd, 0, 11, {"xaxis.autorange": True}) == (t0, t1)
+    assert callbacks.zoom_window(rd, 0, 11, {"xaxis.range": [-5, 1e9]}) == (t0, t1)
+
+
+def test_table_filters(data: DashboardData) -> None:
+    rows, note, tips = callbacks.kernel_table(data, 0, "all")
+    assert {r["rank"] for r in rows} == {0, 1} and "8 kernel rows" == note
+    assert [t["name"]["value"] for t in tips] == [r["name"] for r in rows]
+    rows, note, _ = callbacks.kernel_table(data, 0, 1)
+    assert {r["rank"] for r in rows} == {1} and {GEMM, EVIL_KERNEL} <= {r["name"] for r in rows}
+    rows, note = callbacks.collective_table(data, 0, 0)
+    assert {r["func"] for r in rows} == {"AllReduce"} and {r["rank"] for r in rows} == {0}
+
+
+def test_compare_two_runs(data: DashboardData) -> None:
+    body = callbacks.compare_update(data, 0, 1)
+    text = _json(body)
+    assert "median step time: base a" in text and "new b" in text
+    assert GEMM in text
+    assert callbacks.render_tab(data, "compare", 0, None) is not None
+
+
+def test_the_browser_cannot_name_a_path(data: DashboardData, tmp_path: Path) -> None:
+    for bad in ("../../etc", "/etc/passwd", 2, -1, None, "1e9"):
+        with pytest.raises(UsageError):
+            data.get(bad)
+    with pytest.raises(NotARunError):
+        DashboardData([str(tmp_path)])
+    with pytest.raises(UsageError):
+        DashboardData([])
+
+
+def test_nested_markers_get_their_own_lanes() -> None:
+    import numpy as np
+
+    from perfscope.dashboards.data import nesting_depth
+
+    # step [0,100] > forward [1,51] > two layers back to back; an op that overlaps its neighbour
+    start = np.array([0, 1, 2, 5, 10, 11])
+    dur = np.array([100, 50, 3, 3, 5, 20])
+    assert nesting_depth(start, dur).tolist() == [0, 1, 2, 2, 2, 3]
+    assert nesting_depth(np.array([], "int64"), np.array([], "int64")).tolist() == []

@@ -1,0 +1,196 @@
+"""Figures and table rows of the dashboard, called as pure functions."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+import pytest
+
+from perfscope.analyzers.result import BUCKETS
+from perfscope.dashboards import figures, tables
+
+pytestmark = pytest.mark.filterwarnings("ignore:(?s).*dash_table.DataTable:DeprecationWarning")
+
+EVIL = "<script>alert(1)</script>"
+
+
+def _steps(ranks: int = 2, steps: int = 3) -> pd.DataFrame:
+    rows = []
+    for r in range(ranks):
+        for s in range(steps):
+            parts = {f"{b}_ns": (i + 1) * 1_000_000 * (r + 1) for i, b in enumerate(BUCKETS)}
+            wall = sum(parts.values())
+            rows.append({"rank": r, "step": 100 + s, "start_ns": s * 10**9, "end_ns": s * 10**9 + wall,
+                         "wall_ns": wall, **parts})
+    return pd.DataFrame(rows)
+
+
+def test_bucket_bars_by_step_stack_the_six_buckets_in_ms() -> None:
+    # GIVEN 2 ranks x 3 steps WHEN drawn per step (mean over ranks)
+    fig = figures.bucket_bars_by_step(_steps())
+    # THEN one bar trace per bucket, x = steps, y = the mean in ms
+    assert [t.name for t in fig.data] == [figures.BUCKET_LABELS[b] for b in BUCKETS]
+    assert all(isinstance(t, go.Bar) for t in fig.data)
+    assert list(fig.data[0].x) == [100, 101, 102]
+    assert fig.data[0].y[0] == pytest.approx(1.5)  # (1 ms + 2 ms) / 2
+    assert fig.layout.barmode == "stack"
+    one = figures.bucket_bars_by_step(_steps(), rank=1)
+    assert one.data[0].y[0] == pytest.approx(2.0)
+
+
+def test_bucket_bars_by_rank_carry_the_rank_for_clicks() -> None:
+    fig = figures.bucket_bars_by_rank(_steps())
+    assert list(fig.data[0].x) == ["rank 0", "rank 1"]
+    assert list(fig.data[0].customdata) == [0, 1]
+    assert fig.data[5].y[1] == pytest.approx(12.0)
+
+
+def test_empty_steps_give_a_message_not_an_error() -> None:
+    empty = _steps().iloc[:0]
+    for fig in (figures.bucket_bars_by_step(empty), figures.bucket_bars_by_rank(empty),
+                figures.rank_step_heatmap(empty), figures.compare_buckets(empty, empty, "a", "b")):
+        assert fig.layout.annotations and "step" in fig.layout.annotations[0].text
+
+
+def test_heatmap_is_rank_by_step_with_gaps() -> None:
+    steps = _steps().drop(index=5)  # rank 1 lacks its last step
+    fig = figures.rank_step_heatmap(steps, "wall_ns")
+    (hm,) = fig.data
+    assert isinstance(hm, go.Heatmap)
+    z = np.array(hm.z, dtype=float)
+    assert z.shape == (2, 3)
+    assert np.isnan(z[1, 2]) and z[0, 0] == pytest.approx(21.0)
+    assert list(hm.y) == ["rank 0", "rank 1"]
+
+
+def test_straggler_bar_puts_the_worst_rank_on_top() -> None:
+    df = pd.DataFrame({"rank": [0, 1, 2], "last_count": [1, 8, 1], "last_share": [0.1, 0.8, 0.1],
+                       "mean_lateness_ns": [0, 3_000_000, 0], "cost_to_others_ns": [0, 9_000_000, 0]})
+    fig = figures.straggler_bar(df)
+    assert fig.data[0].y[-1] == "rank 1"  # plotly draws the last category on top
+    assert fig.data[0].x[-1] == pytest.approx(80.0)
+    assert figures.straggler_bar(df.iloc[:0]).layout.annotations
+
+
+def test_aggregate_events_caps_a_million_events() -> None:
+    # GIVEN 1M short events over 100 ms and 10 long ones
+    rng = np.random.default_rng(0)
+    n = 1_000_000
+    start = np.sort(rng.integers(0, 100_000_000, n))
+    dur = rng.integers(1, 2_000, n)
+    dur[:10] = 5_000_000
+    names = np.array(["k"] * n, dtype=object)
+    # WHEN aggregated for a 1000-pixel-wide lane
+    boxes = figures.aggregate_events(start, dur, names, 0, 100_000_000, width_px=1000, max_boxes=50)
+    # THEN at most one box per pixel plus the long ones, and no event is lost
+    assert len(boxes) <= 1000 + 50
+    assert boxes["count"].sum() == n
+    assert (boxes["dur_ns"] >= 5_000_000).sum() >= 10
+    assert boxes["label"].str.contains(" events \\(e.g. k\\)").any()
+    assert boxes["start_ns"].is_monotonic_increasing
+
+
+def test_aggregate_events_keeps_wide_events_whole_and_caps_them() -> None:
+    start = np.arange(0, 1000, 10)
+    dur = np.full(100, 9)
+    names = [f"e{i}" for i in range(100)]
+    whole = figures.aggregate_events(start, dur, names, 0, 1000, width_px=100)  # 10 ns per pixel... 9 < 10
+    assert len(whole) == 100 and whole["count"].eq(1).all() and whole["label"].iloc[3] == "e3"
+    capped = figures.aggregate_events(start, dur + 100, names, 0, 1000, width_px=100, max_boxes=7)
+    assert capped["count"].sum() == 100
+    assert (capped["count"] == 1).sum() >= 7
+    empty = figures.aggregate_events(np.array([]), np.array([]), [], 0, 10)
+    assert empty.empty and list(empty.columns) == ["start_ns", "dur_ns", "label", "count", "busy"]
+
+
+def test_merged_boxes_report_how_busy_they_are() -> None:
+    # 10 events of 1 ns, all inside one 100-ns pixel: the box is 10% busy
+    start = np.arange(0, 100, 10)
+    boxes = figures.aggregate_events(start, np.ones(10, "int64"), ["k"] * 10, 0, 1000, width_px=10)
+    assert len(boxes) == 1 and boxes["count"].iloc[0] == 10
+    assert boxes["busy"].iloc[0] == pytest.approx(10 / 100)
+
+
+def test_timeline_is_one_light_trace_per_lane_with_escaped_names() -> None:
+    n = 200_000
+    ev = pd.DataFrame({
+        "lane": ["host: dataloader_wait"] + ["markers"] + ["stream 7"] * n,
+        "start_ns": np.concatenate([[0, 10], np.linspace(0, 9_000_000, n).astype("int64")]),
+        "dur_ns": np.concatenate([[1_000_000, 500_000], np.full(n, 20)]),
+        "name": ["DataLoader", EVIL] + ["gemm"] * n,
+    })
+    fig = figures.timeline_figure(ev, 0, 10_000_000, title=EVIL, width_px=800)
+    assert [t.name for t in fig.data] == ["host: dataloader_wait", "markers", "stream 7"]
+    assert len(fig.data[2].x) <= 800 + 2000
+    payload = fig.to_json()
+    assert EVIL not in payload and "&lt;script&gt;" in payload
+    assert len(payload) < 300_000
+    assert "drawn as" in fig.layout.title.text
+
+
+def test_timeline_window_and_origin() -> None:
+    ev = pd.DataFrame({"lane": ["sync"], "start_ns": [5_000_000], "dur_ns": [1_000_000], "name": ["s"]})
+    fig = figures.timeline_figure(ev, 4_000_000, 8_000_000, origin_ns=2_000_000)
+    assert list(fig.layout.xaxis.range) == [2.0, 6.0]
+    assert fig.data[0].base[0] == pytest.approx(3.0) and fig.data[0].x[0] == pytest.approx(1.0)
+    # a sub-pixel event fills its (snapped) pixel column, faded by how busy that pixel is
+    tiny = pd.DataFrame({"lane": ["sync"], "start_ns": [5_000_100], "dur_ns": [10], "name": ["s"]})
+    fig = figures.timeline_figure(tiny, 4_000_000, 8_000_000, origin_ns=2_000_000, width_px=400)
+    assert fig.data[0].base[0] == pytest.approx(3.0) and fig.data[0].x[0] == pytest.approx(0.01)
+    assert fig.data[0].marker.opacity[0] < 0.3
+    assert figures.timeline_figure(ev.iloc[:0], 0, 1).layout.annotations
+
+
+def test_safe_text_escapes_markup() -> None:
+    assert figures.safe_text(EVIL) == "&lt;script&gt;alert(1)&lt;/script&gt;"
+    assert figures.safe_text(None) == "" and figures.safe_text(float("nan")) == ""
+
+
+def test_compare_figures_show_the_change() -> None:
+    a, b = _steps(), _steps()
+    b["compute_ns"] = b["compute_ns"] * 2
+    fig = figures.compare_buckets(a, b, EVIL, "new")
+    assert fig.data[1].text[0].startswith("+1.50 ms (+100%)")
+    assert fig.data[0].name == figures.safe_text(EVIL)
+    deltas = figures.compare_step_deltas(a, b)
+    assert deltas.data[0].y[0] == pytest.approx(1.5) and deltas.data[1].y[0] == pytest.approx(0.0)
+
+
+def test_kernel_and_collective_rows_filter_cap_and_stay_json() -> None:
+    k = pd.DataFrame({"rank": [0, 0, 1], "name": [EVIL, "gemm", "gemm"], "kind": ["compute"] * 3,
+                      "count": [3, 2, 1], "total_ns": [3_000, 9_000_000, 1_000], "mean_ns": [1_000, 4.5e6, 1_000],
+                      "median_ns": [1_000, 4.5e6, 1_000], "max_ns": [1_000, 5e6, 1_000], "share": [0.1, 0.9, 1.0]})
+    rows, total = tables.kernel_rows(k)
+    assert total == 3 and rows[0]["name"] == "gemm" and rows[0]["total_ms"] == 9.0
+    rows1, total1 = tables.kernel_rows(k, rank=1)
+    assert total1 == 1 and rows1[0]["rank"] == 1
+    capped, total_c = tables.kernel_rows(k, limit=1)
+    assert len(capped) == 1 and total_c == 3
+    assert EVIL in json.dumps(rows)  # raw text: the DataTable shows it as text
+    c = pd.DataFrame({"rank": [0, 1], "comm_id": ["pg0", "pg0"], "seq": [1, 1], "func": ["AllReduce"] * 2,
+                      "bytes": [4_000_000, 4_000_000], "start_ns": [0, 0], "dur_ns": [2_000, 5_000],
+                      "algbw_gbps": [2.0, 0.8], "busbw_gbps": [2.0, 0.8], "arrival_skew_ns": [3_000, 3_000],
+                      "wait_ns": [3_000, pd.NA]})
+    crows, ctotal = tables.collective_rows(c)
+    assert ctotal == 2 and crows[0]["dur_us"] == 5.0 and crows[0]["wait_us"] is None
+    json.dumps(crows)
+    assert tables.collective_rows(c, "all")[1] == 2 and tables.collective_rows(c, 0)[1] == 1
+
+
+def test_change_rows_from_a_comparison_table() -> None:
+    ch = pd.DataFrame({"name": [EVIL], "kind": ["compute"], "base_ns_per_step": [1e6], "new_ns_per_step": [3e6],
+                       "delta_ns_per_step": [2e6], "rel_change": [2.0], "status": ["changed"]})
+    (row,) = tables.change_rows(ch)
+    assert row == {"name": EVIL, "status": "changed", "base_ms": 1.0, "new_ms": 3.0, "delta_ms": 2.0,
+                   "delta_pct": 200.0}
+    assert tables.change_rows(ch.iloc[:0]) == []
+
+
+def test_wait_heatmap_scale_starts_at_zero_and_spans_a_tenth_of_a_step() -> None:
+    steps = _steps()
+    steps["sync_ns"] = 25_000  # 25 µs of wait in ~20 ms steps: should look small
+    hm = figures.rank_step_heatmap(steps, "sync_ns").data[0]
+    assert hm.zmin == 0.0 and hm.zmax >= 0.1 * steps["wall_ns"].median() / 1e6
+    assert figures.rank_step_heatmap(steps, "wall_ns").data[0].zmin is None

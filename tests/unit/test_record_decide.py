@@ -1,0 +1,109 @@
+"""Which process records under `perfscope record`, launcher helpers and option round trips."""
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+
+from perfscope.collectors.inject import decide
+from perfscope.errors import UsageError
+from perfscope.launch import child_env, default_output, guess_world_size
+from perfscope.options import RecordOptions
+
+PY = "/usr/bin/python3"
+BASE = {"PERFSCOPE_RUN_DIR": "/runs/x"}
+
+
+@pytest.mark.parametrize("env, argv, expected", [
+    ({}, [PY, "train.py"], (False, 0)),
+    (BASE, [PY, "train.py"], (True, 0)),
+    (BASE, [PY, "/usr/local/bin/torchrun", "--nproc-per-node", "2", "train.py"], (False, 0)),
+    (BASE, [PY, "-m", "torch.distributed.run", "--nproc-per-node", "2", "train.py"], (False, 0)),
+    (BASE, [PY, "/usr/bin/accelerate", "launch", "train.py"], (False, 0)),
+    ({**BASE, "RANK": "3", "LOCAL_RANK": "1"}, [PY, "-u", "train.py"], (True, 3)),
+    # a helper started by rank 3 (compile worker) inherits RANK=3 and the owner mark
+    ({**BASE, "RANK": "3", "PERFSCOPE_OWNER": "3:100"}, [PY, "-m", "torch._inductor.compile_worker"], (False, 3)),
+    # an elastic restart of rank 3 gets a fresh environment from the agent (no owner)
+    ({**BASE, "RANK": "3"}, [PY, "train.py"], (True, 3)),
+    # a child of the single recording process (no RANK anywhere)
+    ({**BASE, "PERFSCOPE_OWNER": "-:100"}, [PY, "helper.py"], (False, 0)),
+    # a rank started by a launcher that (wrongly) recorded as implicit rank 0 still records
+    ({**BASE, "RANK": "0", "PERFSCOPE_OWNER": "-:100"}, [PY, "train.py"], (True, 0)),
+    (BASE, [PY, "-c", "from multiprocessing.spawn import spawn_main; spawn_main(tracker_fd=5)", "--multiprocessing-fork"], (False, 0)),
+    (BASE, [PY, "-c", "from multiprocessing.resource_tracker import main;main(4)"], (False, 0)),
+])
+def test_decide(env: dict[str, str], argv: list[str], expected: tuple[bool, int]) -> None:
+    ok, rank, why = decide(env, argv, 123)
+    assert (ok, rank) == expected, why
+    assert why
+
+
+@pytest.mark.parametrize("command, world", [
+    (["python", "train.py"], 1),
+    (["python3.11", "-u", "train.py", "--nproc-per-node", "9"], 1),
+    (["torchrun", "--nproc-per-node", "8", "train.py"], 8),
+    (["torchrun", "--nproc_per_node=4", "--nnodes=2", "train.py"], 8),
+    (["torchrun", "--nproc-per-node", "gpu", "train.py"], None),
+    (["torchrun", "--nnodes", "1:4", "--nproc-per-node", "8", "train.py"], None),
+    (["python", "-m", "torch.distributed.run", "--nproc-per-node", "2", "t.py"], 2),
+    (["python", "-m", "mypkg.train"], None),
+    (["bash", "run.sh"], None),
+])
+def test_guess_world_size(command: list[str], world: int | None) -> None:
+    assert guess_world_size(command) == world
+
+
+def test_default_output_names_the_script() -> None:
+    assert default_output(["torchrun", "--nproc-per-node", "2", "train.py"]).name.startswith("train-")
+    assert default_output(["bash", "x y.sh"]).name.startswith("bash-")
+    assert str(default_output(["python", "t.py"])).endswith(".perfscope")
+
+
+def test_options_round_trip_through_the_environment() -> None:
+    opts = RecordOptions(cupti=False, nccl=True, nvml=False, host_hooks=True, flush_interval_s=0.25)
+    assert RecordOptions.from_env(opts.to_env()) == opts
+    assert RecordOptions.from_env({}) == RecordOptions()
+    assert RecordOptions.from_env({"PERFSCOPE_FLUSH_INTERVAL_S": "junk"}).flush_interval_s == 2.0
+    with pytest.raises(UsageError):
+        RecordOptions(flush_interval_s=0)
+
+
+def test_child_env_prepends_the_site_dir_and_drops_owner(tmp_path: "pytest.TempPathFactory") -> None:
+    from pathlib import Path
+
+    from perfscope.collectors.inject import site_dir
+
+    env = child_env(Path("/runs/r"), "abc", RecordOptions(), base={"PYTHONPATH": "/mine", "PERFSCOPE_OWNER": "0:1"})
+    assert env["PYTHONPATH"] == site_dir() + ":/mine"
+    assert "PERFSCOPE_OWNER" not in env
+    assert env["PERFSCOPE_RUN_DIR"] == "/runs/r" and env["PERFSCOPE_RUN_ID"] == "abc"
+    assert (Path(site_dir()) / "sitecustomize.py").is_file()
+
+
+def test_record_cli_needs_a_command_and_parses_options_before_dashdash() -> None:
+    from perfscope.cli.main import main
+
+    assert main(["record"]) == 2  # click: missing COMMAND
+    runner = CliRunner()
+    from perfscope.cli.record import record
+
+    res = runner.invoke(record, ["--help"])
+    assert res.exit_code == 0 and "--flush-interval" in res.output and "--no-cupti" in res.output
+
+
+def test_record_cli_unknown_program_is_a_clear_error(tmp_path: "pytest.TempPathFactory") -> None:
+    from perfscope.cli.main import main
+
+    assert main(["record", "-o", str(tmp_path) + "/r", "--", "no-such-program-xyz"]) == 2
+
+
+def test_record_cli_passes_the_command_through_with_and_without_dashdash(tmp_path: "pytest.TempPathFactory") -> None:
+    import sys
+
+    from perfscope.cli.main import main
+
+    quiet = ["--no-cupti", "--no-nccl", "--no-nvml"]
+    # without `--`: the first non-option starts the command
+    assert main(["record", "-o", f"{tmp_path}/a", *quiet, sys.executable, "-c", "import sys; sys.exit(4)"]) == 4
+    # after `--`, options belong to the command (here -o is the child's argv, not record's)
+    code = "import sys; sys.exit(10 + len(sys.argv))"
+    assert main(["record", "-o", f"{tmp_path}/b", *quiet, "--", sys.executable, "-c", code, "-o", "x"]) == 13
