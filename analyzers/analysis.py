@@ -30,7 +30,7 @@ from perfscope.analyzers.classify import COMMUNICATION, MEMORY, codes_and_names,
 from perfscope.analyzers.collectives import analyze_collectives, collectives_from_kernels
 from perfscope.analyzers.config import AnalysisConfig
 from perfscope.analyzers.gpu_summary import gpu_summary
-from perfscope.analyzers.intervals import I64, as_i64, as_key, split_by_rank
+from perfscope.analyzers.intervals import as_i64, as_key, split_by_rank
 from perfscope.analyzers.kernels import launch_stats, top_kernels
 from perfscope.analyzers.result import BUCKET_COLUMNS, Analysis, Recommendation
 from perfscope.analyzers.rules import RuleContext, evaluate_rules
@@ -173,6 +173,9 @@ def analyze_run(run: Any, config: AnalysisConfig | None = None, progress: Progre
     sr = step_windows(t["steps"], t["markers"], t["host"], t["api"], gpu, ranks,
                       step_pattern=cfg.step_pattern, extend_to_gpu=cfg.extend_steps_to_gpu)
     warnings.extend(sr.warnings)
+    if len(sr.windows) == 0:
+        warnings.append("the run holds no GPU or host activity to analyse (no kernels, copies, API calls, steps or host spans); "
+                        "check `perfscope info RUN` for its row counts")
 
     say("matching collectives")
     coll_src = coll_raw
@@ -180,7 +183,14 @@ def analyze_run(run: Any, config: AnalysisConfig | None = None, progress: Progre
         coll_src = collectives_from_kernels(t["kernels"], kinds)
         if len(coll_src):
             warnings.append("no NCCL collector data: collectives were reconstructed from NCCL kernels (no sizes, matched by order)")
-    coll = analyze_collectives(coll_src, world_size=world_size)
+    clock = cfg.collective_clock
+    if clock == "auto":
+        hosts = {r.get("host") for r in meta.get("ranks", []) if r.get("rank") in ranks and r.get("host")}
+        clock = "end_aligned" if len(hosts) > 1 else "shared"
+        if clock == "end_aligned" and len(coll_src):
+            warnings.append(f"ranks ran on {len(hosts)} hosts: collective skew is estimated from operation durations "
+                            "(immune to clock offsets between hosts), not from start times")
+    coll = analyze_collectives(coll_src, world_size=world_size, clock=clock)
     stragglers = rank_stragglers(coll, min_skew_ns=cfg.min_skew_ns)
 
     say("breaking steps into buckets")
@@ -257,13 +267,21 @@ def _copy_summary(memcpy: pd.DataFrame) -> pd.DataFrame:
     codes, kinds = codes_and_names(memcpy["copy_kind"])
     kinds = np.where(kinds == "", "other", kinds)
     nbytes = pd.to_numeric(memcpy["bytes"], errors="coerce").to_numpy(dtype="float64", na_value=0).astype(np.int64)
-    key = pd.DataFrame({"rank": memcpy["rank"].to_numpy(dtype=np.int64), "k": codes,
-                        "pageable": memcpy["pageable"].to_numpy(dtype=bool, na_value=False),
-                        "large": nbytes >= LARGE_COPY_BYTES, "bytes": nbytes, "dur_ns": as_i64(memcpy["dur_ns"])})
-    out = key.groupby(["rank", "k", "pageable", "large"], sort=True).agg(
-        count=("dur_ns", "size"), bytes=("bytes", "sum"), total_ns=("dur_ns", "sum")).reset_index()
-    out["copy_kind"] = kinds[out["k"].to_numpy()]
-    return out[cols]
+    rank = memcpy["rank"].to_numpy(dtype=np.int64)
+    pageable = memcpy["pageable"].to_numpy(dtype=bool, na_value=False)
+    large = nbytes >= LARGE_COPY_BYTES
+    # One integer key per (rank, kind, pageable, large); np.unique + bincount, no groupby.
+    key = ((rank * (len(kinds) + 1) + codes) * 2 + pageable) * 2 + large
+    uk, inv = np.unique(key, return_inverse=True)
+    first = np.zeros(uk.size, dtype=np.int64)
+    first[inv[::-1]] = np.arange(key.size)[::-1]  # a representative row per key
+    dur = as_i64(memcpy["dur_ns"])
+    return pd.DataFrame({
+        "rank": rank[first], "copy_kind": kinds[codes[first]], "pageable": pageable[first], "large": large[first],
+        "count": np.bincount(inv, minlength=uk.size).astype(np.int64),
+        "bytes": np.bincount(inv, weights=nbytes, minlength=uk.size).astype(np.int64),
+        "total_ns": np.bincount(inv, weights=dur, minlength=uk.size).astype(np.int64),
+    })[cols]
 
 
 # ------------------------------------------------------------------------------------

@@ -163,7 +163,7 @@ def post_sync_idle(
 
     n = len(windows)
     res = pd.DataFrame({"sync_calls": np.zeros(n, I64), "post_sync_idle_ns": np.zeros(n, I64)}, index=windows.index)
-    ss, se = as_i64(host_sync[0]), as_i64(host_sync[1])
+    se = as_i64(host_sync[1])
     if n == 0 or se.size == 0:
         return res
     ws, we = as_i64(windows["start_ns"]), as_i64(windows["end_ns"])

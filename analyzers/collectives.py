@@ -24,7 +24,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from perfscope.analyzers.classify import codes_and_names, name_values, normalize_func
+from perfscope.analyzers.classify import codes_and_names, normalize_func
 
 BUS_FACTORS = {
     "AllReduce": lambda n: 2.0 * (n - 1) / n,
@@ -57,13 +57,19 @@ def bus_factor(func: pd.Series, nranks: pd.Series) -> np.ndarray:
     return f
 
 
-def analyze_collectives(coll: pd.DataFrame, world_size: int | None = None) -> pd.DataFrame:
+def analyze_collectives(coll: pd.DataFrame, world_size: int | None = None, clock: str = "shared") -> pd.DataFrame:
     """Per-operation bandwidth and cross-rank arrival skew.
 
     Args:
         coll: the collectives table (``rank``, ``start_ns``, ``dur_ns``, ``enqueue_ns``,
             ``comm_id``, ``seq``, ``func``, ``bytes``, ``nranks``); missing columns are nulls.
         world_size: used as the communicator size where ``nranks`` is missing.
+        clock: ``shared`` when all ranks' timestamps are on one clock (one host): skew comes
+            from GPU start times.  ``end_aligned`` for ranks on several hosts, whose clocks
+            may be milliseconds apart: a blocking collective ends at about the same moment
+            on every rank, so the rank with the shortest duration arrived last and every
+            other rank waited ``dur - min(dur)`` (tb_plugin's data-transfer/synchronising
+            split), whatever the clock offsets.
 
     Returns:
         one row per operation on a rank with the columns of :data:`COLUMNS`: sizes in bytes,
@@ -106,14 +112,18 @@ def analyze_collectives(coll: pd.DataFrame, world_size: int | None = None) -> pd
         "n": np.where(use_seq, seq.fillna(-1).to_numpy(dtype="float64"), order.to_numpy(dtype="float64")).astype(np.int64),
     }, index=df.index)
     df["match_key"] = keys.groupby(["c", "f", "n"], sort=False).ngroup().astype("int64")
-    grp = df.groupby("match_key", sort=False)["arrival_ns"]
+    if clock not in ("shared", "end_aligned"):
+        raise ValueError(f"clock must be 'shared' or 'end_aligned', not {clock!r}")
+    # The quantity whose spread is the skew: the arrival time, or (end-aligned) -duration.
+    df["_t"] = df["arrival_ns"] if clock == "shared" else -df["dur_ns"]
+    grp = df.groupby("match_key", sort=False)["_t"]
     first = grp.transform("min")
     last = grp.transform("max")
     df["matched_ranks"] = df.groupby("match_key", sort=False)["rank"].transform("nunique").astype("int64")
     multi = df["matched_ranks"] > 1
-    df["arrival_skew_ns"] = np.where(multi, df["arrival_ns"] - first, 0).astype("int64")
-    df["wait_ns"] = np.where(multi, np.minimum(last - df["arrival_ns"], df["dur_ns"]), 0).astype("int64")
-    idx_last = df.groupby("match_key", sort=False)["arrival_ns"].idxmax()
+    df["arrival_skew_ns"] = np.where(multi, df["_t"] - first, 0).astype("int64")
+    df["wait_ns"] = np.where(multi, np.minimum(last - df["_t"], df["dur_ns"]), 0).astype("int64")
+    idx_last = grp.idxmax()
     last_rank = pd.Series(df.loc[idx_last, "rank"].to_numpy(), index=idx_last.index)
     df["last_rank"] = df["match_key"].map(last_rank).where(multi).astype("Int64")
 

@@ -19,6 +19,9 @@ class AnalysisConfig:
         top_kernels: kernel names kept per rank in ``Analysis.kernels``.
         launch: launch-bound thresholds (HTA's defaults).
         min_skew_ns: collectives whose arrivals spread by no more than this have no last rank.
+        collective_clock: how cross-rank skew is measured: ``shared`` (GPU start times; all
+            ranks on one clock), ``end_aligned`` (from durations; immune to clock offsets
+            between hosts) or ``auto`` (``end_aligned`` when the ranks ran on several hosts).
         rule_thresholds: overrides of rule thresholds by name (see :mod:`.rules`).
     """
 
@@ -29,6 +32,7 @@ class AnalysisConfig:
     top_kernels: int = 50
     launch: LaunchThresholds = field(default_factory=LaunchThresholds)
     min_skew_ns: int = 0
+    collective_clock: str = "auto"
     rule_thresholds: dict[str, float] = field(default_factory=dict)
 
 

@@ -66,13 +66,24 @@ def top_kernels(kernels: pd.DataFrame, kinds: np.ndarray, top_n: int | None = 50
     if len(kernels) == 0:
         return pd.DataFrame({c: pd.Series(dtype="int64") for c in KERNEL_COLUMNS})
     codes, names = codes_and_names(kernels["name"])
-    df = pd.DataFrame({"rank": kernels["rank"].to_numpy(dtype=np.int64), "code": codes, "dur_ns": as_i64(kernels["dur_ns"].fillna(0))})
-    g = df.groupby(["rank", "code"], sort=False)["dur_ns"]
-    out = g.agg(["size", "sum", "mean", "median", "max"]).reset_index()
-    out.columns = ["rank", "code", "count", "total_ns", "mean_ns", "median_ns", "max_ns"]
-    # A name has one kind except when correlation made one launch of it communication.
-    kind_of = pd.DataFrame({"rank": df["rank"], "code": codes, "kind": np.asarray(kinds, dtype=object)}).drop_duplicates(["rank", "code"])
-    out = out.merge(kind_of, on=["rank", "code"], how="left")
+    rank = kernels["rank"].to_numpy(dtype=np.int64)
+    dur = as_i64(kernels["dur_ns"].fillna(0))
+    kinds = np.asarray(kinds, dtype=object)
+    # Sort by (rank, name, duration) once; every statistic is then a slice per group.
+    order = np.lexsort((dur, codes, rank))
+    r, c, d = rank[order], codes[order], dur[order]
+    new = np.ones(r.size, dtype=bool)
+    new[1:] = (r[1:] != r[:-1]) | (c[1:] != c[:-1])
+    starts = np.flatnonzero(new)
+    counts = np.diff(np.append(starts, r.size))
+    sums = np.add.reduceat(d, starts)
+    lo, hi = starts + (counts - 1) // 2, starts + counts // 2
+    out = pd.DataFrame({
+        "rank": r[starts], "code": c[starts], "count": counts, "total_ns": sums,
+        "mean_ns": sums / counts, "median_ns": (d[lo] + d[hi]) / 2, "max_ns": d[starts + counts - 1],
+        # A name has one kind except when correlation made one launch of it communication.
+        "kind": kinds[order][starts],
+    })
     out["name"] = names[out["code"].to_numpy()]
     tot = out.groupby("rank")["total_ns"].transform("sum")
     out["share"] = (out["total_ns"] / tot.where(tot > 0)).fillna(0.0)

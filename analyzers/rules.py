@@ -14,6 +14,7 @@ estimate and come after the others that do.
 """
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -67,6 +68,7 @@ class RuleContext:
     meta: dict[str, Any] = field(default_factory=dict)
     world_size: int = 1
     thresholds: dict[str, float] = field(default_factory=dict)
+    cache: dict[str, Any] = field(default_factory=dict)  # values several rules share
 
     def th(self, name: str) -> float:
         """The threshold ``name`` (override or default)."""
@@ -160,13 +162,23 @@ def _pageable(ctx: RuleContext) -> tuple[int, int, int]:
     c = ctx.copies
     if c is None or len(c) == 0 or len(ctx.steps) == 0:
         return 0, 0, 0
-    n_steps = ctx.steps_per_rank()
-    large = c["large"].astype(bool) if "large" in c.columns else True
-    pc = c[c["pageable"].astype(bool) & large & c["copy_kind"].isin(["H2D", "D2H"])]
-    per_rank_p = pc.groupby("rank")["total_ns"].sum().reindex(n_steps.index).fillna(0) / n_steps
-    per_rank_n = pc.groupby("rank")["count"].sum().reindex(n_steps.index).fillna(0) / n_steps
-    per_rank_t = c[c["copy_kind"] != "D2D"].groupby("rank")["total_ns"].sum().reindex(n_steps.index).fillna(0) / n_steps
-    return int(per_rank_p.median()), int(round(per_rank_n.median())), int(per_rank_t.median())
+    if "_pageable" in ctx.cache:
+        return ctx.cache["_pageable"]
+    # A few rows (rank x kind x pageable x large): plain numpy, no groupby.
+    step_ranks, n_steps = np.unique(ctx.steps["rank"].to_numpy(), return_counts=True)
+    rank = c["rank"].to_numpy()
+    kind = c["copy_kind"].to_numpy(object)
+    large = c["large"].to_numpy(bool) if "large" in c.columns else np.ones(len(c), bool)
+    pageable = c["pageable"].to_numpy(bool) & large & np.isin(kind, ["H2D", "D2H"])
+    total, count = c["total_ns"].to_numpy(float), c["count"].to_numpy(float)
+
+    def per_step(mask: np.ndarray, values: np.ndarray) -> float:
+        sums = np.array([values[mask & (rank == r)].sum() for r in step_ranks])
+        return float(np.median(sums / n_steps))
+
+    out = (int(per_step(pageable, total)), int(round(per_step(pageable, count))), int(per_step(kind != "D2D", total)))
+    ctx.cache["_pageable"] = out
+    return out
 
 
 @rule("copies.pageable", "pcie")
@@ -261,7 +273,8 @@ def launch_rule(ctx: RuleContext) -> Recommendation | None:
     first = (f" First remove the {syncs:g} host synchronisation(s) per step: a graph cannot capture them." if syncs >= 1 else "")
     return _rec(
         ctx, "launch.bound", "host", "The step is launch-bound (many tiny kernels)",
-        f"{int(k['kernels'])} kernels on rank {int(k['rank'])}, {_pct(float(k['short_share']))} of them shorter than the "
+        f"{int(k['kernels']) / max(int(n_steps.get(int(k['rank']), 1)), 1):,.0f} kernels per step on rank {int(k['rank'])}, "
+        f"{_pct(float(k['short_share']))} of them shorter than the "
         f"{k['median_launch_cpu_ns'] / 1e3:.1f} us the CPU needs to launch one (median kernel "
         f"{k['median_kernel_ns'] / 1e3:.1f} us); the GPU waits for the host {_ms(saving)} per step. Capture the step "
         "with CUDA graphs or compile it so many small kernels become few launches, fuse small ops, or raise the batch size." + first,
@@ -381,7 +394,8 @@ def busbw_rule(ctx: RuleContext) -> Recommendation | None:
     if bw >= ctx.th("busbw_fraction") * expected:
         return None
     env = (ctx.meta.get("environment") or {})
-    nccl_env = env.get("nccl_env") or env.get("env") or {}
+    # The doctor's snapshot keeps NCCL_* variables under facts.env.nccl.
+    nccl_env = ((env.get("facts") or {}).get("env") or {}).get("nccl") or env.get("nccl_env") or {}
     keys = ["NCCL_SOCKET_IFNAME", "NCCL_IB_HCA", "NCCL_P2P_LEVEL", "NCCL_NET_GDR_LEVEL", "NCCL_NSOCKS_PERTHREAD", "NCCL_SOCKET_NTHREADS"]
     current = {k: nccl_env.get(k) for k in keys if isinstance(nccl_env, dict)}
     return _rec(
@@ -410,10 +424,11 @@ def compute_rule(ctx: RuleContext) -> Recommendation | None:
     k = ctx.kernels
     fp32_share = 0.0
     if k is not None and len(k):
-        names = k["name"].astype(str)
-        fp32 = names.str.contains(FP32_GEMM_RE) & ~names.str.contains(LOW_PRECISION_RE)
-        tot = k.loc[k["kind"] == "compute", "total_ns"].sum()
-        fp32_share = float(k.loc[fp32, "total_ns"].sum() / tot) if tot > 0 else 0.0
+        # At most top_kernels names per rank: a Python loop over them is cheapest.
+        fp32 = np.array([bool(FP32_GEMM_RE.search(n)) and not LOW_PRECISION_RE.search(n) for n in map(str, k["name"])], dtype=bool)
+        total = k["total_ns"].to_numpy(float)
+        tot = total[k["kind"].to_numpy(object) == "compute"].sum()
+        fp32_share = float(total[fp32].sum() / tot) if tot > 0 else 0.0
     if fp32_share >= 0.2:
         saving = comp * fp32_share / 2
         msg = (f"The step is compute-bound ({_pct(share)} compute) and {_pct(fp32_share)} of kernel time is FP32 matrix "
@@ -455,6 +470,11 @@ def environment_recommendations(ctx: RuleContext) -> list[Recommendation]:
         ))
     cpu = env.get("cpu") if isinstance(env.get("cpu"), dict) else {}
     gov = env.get("cpu_governor") or cpu.get("governor")
+    if not gov:
+        # The doctor's facts: {"cpu": {"governors": {"powersave": 64}}}.
+        govs = ((env.get("facts") or {}).get("cpu") or {}).get("governors") or {}
+        others = sorted(g for g in govs if g != "performance") if isinstance(govs, dict) else []
+        gov = ", ".join(others) if others else None
     if gov and str(gov) != "performance" and not any("governor" in s for s in seen):
         out.append(Recommendation(
             id="environment.cpu_governor", bucket="environment", title="CPU frequency governor is not 'performance'",
@@ -490,6 +510,8 @@ def evaluate_rules(ctx: RuleContext) -> list[Recommendation]:
         targets = [ids.index(t) for t in enables if t in ids]
         if targets and min(targets) < ids.index(pre):
             rec = recs.pop(ids.index(pre))
+            enabled = recs[min(targets)].id
+            rec = dataclasses.replace(rec, message=rec.message + f" Listed before {enabled}: that fix needs this one first.")
             recs.insert(min(targets), rec)
     return recs + environment_recommendations(ctx)
 

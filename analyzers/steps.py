@@ -11,8 +11,10 @@ Sources, per rank, first that exists:
 
 Like tb_plugin, a step ends when the GPU work it launched ends, not when the host range
 closes: the window end is extended to the last kernel/copy/memset whose launching API call
-(matched on ``correlation``) started inside the host range.  Windows never overlap: an
-extended end is clipped to the next step's start.
+(matched on ``correlation``) started inside the host range.  Windows never overlap: a step
+starts at ``max(its host start, the previous window's end)`` (tb_plugin's rule).  Clipping
+an extended end to the next host start instead would cut every step's GPU work off when the
+GPU runs behind the host, as it does in compute- and communication-bound loops.
 """
 from __future__ import annotations
 
@@ -160,10 +162,17 @@ def step_windows(
             end = np.maximum(end, _launched_gpu_end(hs, he, by(api, rank), g))
         if hr["source"].iloc[0] == "whole_run" and len(g):
             end = np.maximum(end, int(g["end_ns"].max()))
-        # Never overlap the next step: clip to its start.
-        nxt = np.concatenate((hs[1:], [np.iinfo(I64).max]))
-        end = np.maximum(np.minimum(end, nxt), hs)
-        hr["start_ns"], hr["end_ns"] = hs, end
+        # Never overlap: a step starts when the host starts it, or when the previous step's
+        # (GPU-extended) window ends, whichever is later (tb_plugin's rule).  Clipping the
+        # end to the next host start instead would cut every step's GPU work off when the
+        # GPU runs behind the host (compute-bound or communication-bound loops).
+        start = hs.copy()
+        if len(start) > 1:
+            # start_i = max(hs_i, end_{i-1}) with end_{i-1} >= start_{i-1}: a running max.
+            prev_end = np.maximum.accumulate(np.maximum(end, hs))[:-1]
+            start[1:] = np.maximum(hs[1:], prev_end)
+        end = np.maximum(end, start)
+        hr["start_ns"], hr["end_ns"] = start, end
         hr.insert(0, "rank", np.int64(rank))
         out.append(hr)
     windows = pd.concat(out, ignore_index=True) if out else _empty()

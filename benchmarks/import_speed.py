@@ -45,21 +45,21 @@ HTA_CHILD = r"""
 import json, sys, time
 t0 = time.perf_counter()
 from hta.trace_analysis import TraceAnalysis
-t1 = time.perf_counter()
+t1, c1 = time.perf_counter(), time.process_time()
 analysis = TraceAnalysis(trace_dir=sys.argv[1])
-t2 = time.perf_counter()
+t2, c2 = time.perf_counter(), time.process_time()
 n = sum(len(df) for df in analysis.t.get_all_traces().values())
-print(json.dumps({"import_s": t1 - t0, "call_s": t2 - t1, "rows": n}))
+print(json.dumps({"import_s": t1 - t0, "call_s": t2 - t1, "call_cpu_s": c2 - c1, "rows": n}))
 """
 
 PERFSCOPE_CHILD = r"""
 import json, sys, time
 t0 = time.perf_counter()
 from perfscope.store.kineto import import_kineto
-t1 = time.perf_counter()
+t1, c1 = time.perf_counter(), time.process_time()
 result = import_kineto([sys.argv[1]], sys.argv[2])
-t2 = time.perf_counter()
-print(json.dumps({"import_s": t1 - t0, "call_s": t2 - t1, "rows": result.total("kernels")}))
+t2, c2 = time.perf_counter(), time.process_time()
+print(json.dumps({"import_s": t1 - t0, "call_s": t2 - t1, "call_cpu_s": c2 - c1, "rows": result.total("kernels")}))
 """
 
 
@@ -82,7 +82,7 @@ def run_measured(argv: list[str], env: dict[str, str] | None = None) -> dict[str
         if line.startswith("{"):
             doc = json.loads(line)
             break
-    return {"wall_s": wall, "rss_mb": usage.ru_maxrss / 1024, **doc}
+    return {"wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime, "rss_mb": usage.ru_maxrss / 1024, **doc}
 
 
 def count_events(path: Path) -> int:
@@ -165,16 +165,22 @@ def bench(trace: Path, hta_python: str, repeat: int, work: Path) -> dict[str, An
         "events": count_events(trace),
         "json_mb": len(gzip.open(trace).read() if trace.read_bytes()[:2] == b"\x1f\x8b" else trace.read_bytes()) / 1e6,
         "hta_call_s": med("hta", "call_s"),
+        "hta_call_cpu_s": med("hta", "call_cpu_s"),
+        "hta_process_cpu_s": med("hta", "cpu_s"),
         "hta_import_s": med("hta", "import_s"),
         "hta_process_s": med("hta", "wall_s"),
         "hta_rss_mb": med("hta", "rss_mb"),
         "perfscope_call_s": med("perfscope_call", "call_s"),
+        "perfscope_call_cpu_s": med("perfscope_call", "call_cpu_s"),
+        "perfscope_process_cpu_s": med("perfscope_cli", "cpu_s"),
         "perfscope_import_s": med("perfscope_call", "import_s"),
         "perfscope_process_s": med("perfscope_cli", "wall_s"),
         "perfscope_rss_mb": med("perfscope_cli", "rss_mb"),
         "runs": results,
     }
     summary["ratio_call"] = summary["hta_call_s"] / summary["perfscope_call_s"]
+    summary["ratio_call_cpu"] = summary["hta_call_cpu_s"] / summary["perfscope_call_cpu_s"]
+    summary["ratio_process_cpu"] = summary["hta_process_cpu_s"] / summary["perfscope_process_cpu_s"]
     summary["ratio_process"] = summary["hta_process_s"] / summary["perfscope_process_s"]
     summary["ratio_rss"] = summary["hta_rss_mb"] / summary["perfscope_rss_mb"]
     return summary
@@ -206,8 +212,11 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(s)
         print(
             f"{s['trace']}: {s['events']:,} events, {s['json_mb']:.1f} MB JSON | "
-            f"load call: HTA {s['hta_call_s']:.2f} s, perfscope {s['perfscope_call_s']:.3f} s ({s['ratio_call']:.1f}x) | "
-            f"process: HTA {s['hta_process_s']:.2f} s, perfscope {s['perfscope_process_s']:.2f} s ({s['ratio_process']:.1f}x) | "
+            f"load call wall (CPU): HTA {s['hta_call_s']:.2f} s ({s['hta_call_cpu_s']:.2f}), "
+            f"perfscope {s['perfscope_call_s']:.3f} s ({s['perfscope_call_cpu_s']:.3f}) -> {s['ratio_call']:.1f}x ({s['ratio_call_cpu']:.1f}x) | "
+            f"whole process wall (CPU): HTA {s['hta_process_s']:.2f} s ({s['hta_process_cpu_s']:.2f}), "
+            f"perfscope {s['perfscope_process_s']:.2f} s ({s['perfscope_process_cpu_s']:.2f}) -> "
+            f"{s['ratio_process']:.1f}x ({s['ratio_process_cpu']:.1f}x) | "
             f"peak RSS: HTA {s['hta_rss_mb']:.0f} MB, perfscope {s['perfscope_rss_mb']:.0f} MB ({s['ratio_rss']:.2f}x)",
             flush=True,
         )

@@ -99,11 +99,12 @@ def guess_world_size(command: Sequence[str]) -> int | None:
 
 
 def _environment_snapshot() -> dict[str, Any]:
-    mod, _ = _optional_module("perfscope.collectors.host.environment")
+    """The doctor's facts and check results (the analyzers' rules read the checks)."""
+    mod, _ = _optional_module("perfscope.doctor")
     if mod is None:
         return {}
     try:
-        snap = mod.snapshot()
+        snap = mod.environment_for_run()
         return snap if isinstance(snap, dict) else {}
     except Exception:  # noqa: BLE001 - an environment we cannot read must not stop the job
         return {}

@@ -80,22 +80,36 @@ class RecordOptions:
         return cls(**kw)  # type: ignore[arg-type]
 
 
-def env_rank(env: Mapping[str, str] | None = None) -> int | None:
-    """Return the global rank a launcher gave this process (``RANK``), or None."""
+# Where launchers put a process's rank, in order of preference: torchrun (and most Python
+# launchers), Open MPI, MPICH/PMI, Slurm's srun.  Kept in step with
+# collectors/inject/_perfscope_decide.py, which cannot import this module.
+RANK_VARS = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID")
+LOCAL_RANK_VARS = ("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID")
+WORLD_SIZE_VARS = ("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS")
+
+
+def _first(env: Mapping[str, str] | None, names: tuple[str, ...]) -> int | None:
     env = os.environ if env is None else env
-    return _int(env.get("RANK"))
+    for name in names:
+        value = _int(env.get(name))
+        if value is not None:
+            return value
+    return None
+
+
+def env_rank(env: Mapping[str, str] | None = None) -> int | None:
+    """Return the global rank a launcher gave this process (``RANK``, else MPI/Slurm's), or None."""
+    return _first(env, RANK_VARS)
 
 
 def env_local_rank(env: Mapping[str, str] | None = None) -> int | None:
-    """Return ``LOCAL_RANK`` (the GPU index a launcher gave this process), or None."""
-    env = os.environ if env is None else env
-    return _int(env.get("LOCAL_RANK"))
+    """Return the process's rank on its node (``LOCAL_RANK``, else MPI/Slurm's), or None."""
+    return _first(env, LOCAL_RANK_VARS)
 
 
 def env_world_size(env: Mapping[str, str] | None = None) -> int | None:
-    """Return ``WORLD_SIZE`` from a launcher, or None."""
-    env = os.environ if env is None else env
-    return _int(env.get("WORLD_SIZE"))
+    """Return the job's process count (``WORLD_SIZE``, else MPI/Slurm's), or None."""
+    return _first(env, WORLD_SIZE_VARS)
 
 
 def _int(value: str | None) -> int | None:
@@ -108,7 +122,7 @@ def _int(value: str | None) -> int | None:
 
 
 __all__ = [
-    "RecordOptions", "env_rank", "env_local_rank", "env_world_size",
+    "RecordOptions", "env_rank", "env_local_rank", "env_world_size", "RANK_VARS", "LOCAL_RANK_VARS", "WORLD_SIZE_VARS",
     "ENV_RUN_DIR", "ENV_RUN_ID", "ENV_OWNER", "ENV_CUPTI", "ENV_NCCL", "ENV_NVML",
     "ENV_HOST_HOOKS", "ENV_FLUSH_INTERVAL", "ENV_DEBUG",
 ]

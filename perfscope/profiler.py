@@ -126,7 +126,7 @@ class Profiler:
         self.collectors: list[str] = []
         self.dropped_events: dict[str, int] = {}
         self._injected = injected
-        self._state = "new"  # new -> running -> stopped
+        self._state = "new"  # new -> running -> stopping -> stopped
         self._attached: Profiler | None = None
         self._created_run = False
         self._undo: list[tuple[str, Callable[[], Any]]] = []
@@ -145,6 +145,7 @@ class Profiler:
         self._started_ns: int | None = None
         self._last_meta: dict[str, Any] | None = None
         self._error: str | None = None
+        self._gpu: dict[str, Any] | None = None
 
     # -- public API ------------------------------------------------------------------------
     @property
@@ -209,6 +210,8 @@ class Profiler:
         if self._dead or self._steps is None:
             return
         self._steps.explicit(time.time_ns())
+        if self._gpu is None:
+            self._gpu_info()
 
     def flush(self) -> None:
         """Write everything recorded so far to disk now (also done every flush interval)."""
@@ -255,8 +258,10 @@ class Profiler:
         if self._attached is not None:
             self._state = "stopped"
             return None
-        if self._state != "running":
-            return None
+        with _ACTIVE_LOCK:  # atexit, a signal handler and the user may all call stop()
+            if self._state != "running":
+                return None
+            self._state = "stopping"
         errors = self._teardown(status=status, reason=reason)
         if errors:
             raise CollectorError(f"recording stopped, but writing the run failed: {errors[0]}")
@@ -353,15 +358,22 @@ class Profiler:
             create_run(self.path, source="record", run_id=self.run_id, world_size=self.world_size, command=list(sys.orig_argv))
             return
         if world > 1 and self.run_id is None:
-            # Every rank must name the same run: derive the id from what the launcher shares.
+            # Every rank must name the same run: derive the id from what the launcher gives
+            # all of them and nothing else: the rendezvous id (a fresh uuid with
+            # --standalone, the job's --rdzv-id across nodes), else the torchrun agent's
+            # pid (one node), plus the job and the path.
+            rdzv = os.environ.get("TORCHELASTIC_RUN_ID", "")
             key = "|".join([
-                os.environ.get("TORCHELASTIC_RUN_ID", ""), os.environ.get("MASTER_ADDR", ""),
+                rdzv if rdzv not in ("", "none") else f"agent-{os.getppid()}",
+                os.environ.get("SLURM_JOB_ID", ""), os.environ.get("MASTER_ADDR", ""),
                 os.environ.get("MASTER_PORT", ""), str(Path(self.path).resolve()),
             ])
             self.run_id = hashlib.sha1(key.encode()).hexdigest()[:32]
         if world > 1 and self.rank != 0:
             self._wait_for_run(self.run_id)
             return
+        if self.run_id is not None:
+            self._replace_same_id_run()
         meta = create_run(
             self.path, command=list(sys.orig_argv), source=self.source, world_size=self.world_size or 1,
             run_id=self.run_id, environment=self._environment(), collectors=self.options.collector_names(),
@@ -369,6 +381,19 @@ class Profiler:
         )
         self.run_id = meta["run_id"]
         self._created_run = True
+
+    def _replace_same_id_run(self) -> None:
+        """Rank 0 alone creates the run: a run.json with our id is left from an earlier job
+        that reused the rendezvous id, never one to join."""
+        from perfscope.store.meta import RUN_JSON, read_json
+
+        assert self.path is not None
+        p = Path(self.path) / RUN_JSON
+        if not p.is_file() or read_json(p).get("run_id") != self.run_id:
+            return
+        if not self.overwrite:
+            raise RunExistsError(f"{self.path} already holds a run; choose another path or pass overwrite=True to replace it")
+        p.unlink()  # create_run(overwrite=True) then clears the rest
 
     def _wait_for_run(self, run_id: str | None, timeout_s: float = 120.0) -> None:
         """Rank > 0 of an in-process multi-rank job: wait until rank 0 has created the run."""
@@ -391,11 +416,12 @@ class Profiler:
         )
 
     def _environment(self) -> dict[str, Any]:
-        mod, _ = _optional_module("perfscope.collectors.host.environment")
+        # The doctor's facts *and* check results: the analyzers' rules read the checks.
+        mod, _ = _optional_module("perfscope.doctor")
         if mod is None:
             return {}
         try:
-            snap = mod.snapshot()
+            snap = mod.environment_for_run()
             return snap if isinstance(snap, dict) else {}
         except Exception as e:  # noqa: BLE001
             self._note(f"environment snapshot failed ({type(e).__name__}: {e})")
@@ -421,6 +447,22 @@ class Profiler:
     def _on_optimizer_step(self, end_ns: int) -> None:
         if self._steps is not None and not self._dead:
             self._steps.optimizer(end_ns)
+            if self._gpu is None:
+                self._gpu_info()
+
+    def _gpu_info(self) -> dict[str, Any]:
+        """This rank's GPU, read on the training thread once CUDA is up, then cached.
+
+        The CUDA device is per-thread state: asked from the flusher thread, torch would
+        name device 0 whatever device the training thread uses.
+        """
+        if self._gpu is None and threading.current_thread() is threading.main_thread():
+            from perfscope._rankinfo import gpu_info
+
+            info = gpu_info()
+            if info:
+                self._gpu = info
+        return dict(self._gpu or {})
 
     def _configure_nccl(self) -> None:
         mod, _ = _optional_module("perfscope.collectors.nccl")
@@ -641,12 +683,14 @@ class Profiler:
         if self._injected or "nccl" not in self.collectors or self.path is None:
             return
         raw = Path(self.path) / NCCL_RAW_DIR
-        if not raw.is_dir() or not any(raw.iterdir()):
-            return
         mod, _ = _optional_module("perfscope.collectors.nccl")
         if mod is None or not hasattr(mod, "ingest_dir"):
             return
         try:
+            if hasattr(mod, "flush_in_process"):
+                mod.flush_in_process()  # write what the plugin still holds in memory
+            if not raw.is_dir() or not any(raw.iterdir()):
+                return
             mod.ingest_dir(str(raw), str(self.path), ranks=[self.rank])
             if hasattr(mod, "summarize_dir"):
                 extra = mod.summarize_dir(str(raw)).get(self.rank, {})
@@ -679,7 +723,7 @@ class Profiler:
             warnings.warn(message, PerfscopeWarning, stacklevel=_user_stacklevel())
 
     def _write_rank_meta(self, status: str, *, reason: str | None = None, final: bool = False) -> None:
-        from perfscope._rankinfo import gpu_info, versions
+        from perfscope._rankinfo import versions
         from perfscope.store import write_rank_meta
 
         if self.path is None or self._dead:
@@ -691,7 +735,7 @@ class Profiler:
             "status": status,
             "started_ns": self._started_ns,
             "argv": list(sys.orig_argv),
-            "gpu": gpu_info(),
+            "gpu": self._gpu_info(),
             "versions": versions(),
             "clock_offset_ns": int(self._collector_stats.get("cupti_clock_offset_ns", 0)
                                    or getattr(self._cupti, "clock_offset_ns", 0) or 0),

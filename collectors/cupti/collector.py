@@ -314,11 +314,12 @@ class CuptiCollector:
         Returns:
             ``rows`` (rows written per store table), ``records`` (CUPTI records seen and
             kept per kind name), ``dropped`` (``cupti``: CUPTI's own count, ``sink``: the
-            sink was full, ``buffers_refused``: buffer requests refused, ``untimed``: records
-            without timestamps), ``overhead`` (``sink_callback_ns``, ``decode_ns``,
-            ``flush_ns``, ``setup_ns``, ``buffers``, ``cupti``: CUPTI's OVERHEAD records by
-            kind), ``clock`` (``offset_ns``, ``epoch``, ``bracket_ns``, ``error_ns``,
-            ``drift_ns`` between start and stop), ``warnings``, ``libcupti``, ``cupti_version``.
+            sink was full, ``buffers_refused``: buffer requests refused; the profiler sums
+            these), ``untimed_records`` (records CUPTI could not time, left out),
+            ``overhead`` (``sink_callback_ns``, ``decode_ns``, ``flush_ns``, ``setup_ns``,
+            ``buffers``, ``cupti``: CUPTI's OVERHEAD records by kind), ``clock``
+            (``offset_ns``, ``epoch``, ``bracket_ns``, ``error_ns``, ``drift_ns`` between
+            start and stop), ``warnings``, ``libcupti``, ``cupti_version``.
         """
         if self._state != "running":
             return {"rows": dict(self._rows), "warnings": list(self.warnings)}
@@ -369,8 +370,9 @@ class CuptiCollector:
             "api_filtered": int(s["api_filtered"]),  # type: ignore[arg-type]
             "dropped": {
                 "cupti": int(s["dropped_cupti"]), "sink": int(s["dropped_sink"]),  # type: ignore[arg-type]
-                "buffers_refused": int(s["buffers_refused"]), "untimed": self._untimed,  # type: ignore[arg-type]
+                "buffers_refused": int(s["buffers_refused"]),  # type: ignore[arg-type]
             },
+            "untimed_records": self._untimed,
             "overhead": {
                 "sink_callback_ns": int(s["callback_ns"]), "sink_callback_max_ns": int(s["callback_ns_max"]),  # type: ignore[arg-type]
                 "decode_ns": self._decode_ns, "flush_ns": self._flush_ns, "setup_ns": self._setup_ns,

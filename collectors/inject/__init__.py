@@ -11,16 +11,18 @@ makes sure it is flushed however the process ends:
 * SIGTERM / SIGINT: the handler flushes, then chains to the handler that was there
   before (the program's own, Python's KeyboardInterrupt, or the default action, in which
   case the rank is marked ``incomplete`` and the signal re-raised so the exit status is
-  what it would have been);
+  what it would have been); when the main thread is stuck in native code and cannot run
+  the handler, a watcher thread does it (:class:`_SignalWatch`);
 * ``os._exit``: wrapped to stop the profiler first;
 * SIGKILL: nothing can run, so the run keeps what the background flusher wrote, at most
   one flush interval old, and reads as ``incomplete``.
 
 Which processes record (:func:`decide`):
 
-* a process with ``RANK`` set (torchrun workers and other launchers) records as that
-  rank, unless the process that already records as that rank started it (a compile
-  worker or other helper inherits ``PERFSCOPE_OWNER`` naming its rank);
+* a process with ``RANK`` set (torchrun workers and other launchers; else Open MPI's,
+  PMI's or Slurm's rank variable) records as that rank, unless the process that already
+  records as that rank started it (a compile worker or other helper inherits
+  ``PERFSCOPE_OWNER`` naming its rank);
 * a process without ``RANK`` records as rank 0 if no process of the job records yet;
 * never: launcher agents (``torchrun``, ``python -m torch.distributed.run``,
   ``accelerate``, ``deepspeed``), ``multiprocessing`` spawn/forkserver children
@@ -39,7 +41,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from perfscope.collectors.inject._perfscope_decide import AGENT_MODULES, AGENT_PROGRAMS, decide
+from perfscope.collectors.inject._perfscope_decide import AGENT_MODULES, AGENT_PROGRAMS, decide, env_rank
 from perfscope.options import ENV_DEBUG, ENV_OWNER, ENV_RUN_DIR, ENV_RUN_ID, RecordOptions, env_local_rank
 
 _real_exit = os._exit  # before bootstrap wraps it
@@ -67,7 +69,7 @@ def bootstrap() -> Any:
         _debug(f"{'recording' if ok else 'not recording'}: {why}; argv={getattr(sys, 'orig_argv', sys.argv)}")
         if not ok:
             return None
-        explicit_rank = os.environ.get("RANK") is not None
+        explicit_rank = env_rank(os.environ) is not None
         os.environ[ENV_OWNER] = f"{rank if explicit_rank else '-'}:{os.getpid()}"
         return _start(rank)
     except Exception as e:  # noqa: BLE001 - never break the user's program

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 # Kept in step with perfscope.options (this module cannot import it).
 ENV_RUN_DIR = "PERFSCOPE_RUN_DIR"
 ENV_OWNER = "PERFSCOPE_OWNER"
+RANK_VARS = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID")
 
 AGENT_PROGRAMS = ("torchrun", "accelerate", "deepspeed")
 AGENT_MODULES = (
@@ -66,7 +67,7 @@ def decide(env: Mapping[str, str], argv: Sequence[str], pid: int) -> tuple[bool,
         return False, 0, f"launcher agent (python -m {module})"
     if script is not None and os.path.basename(script) in AGENT_PROGRAMS:
         return False, 0, f"launcher agent ({os.path.basename(script)})"
-    rank = _int(env.get("RANK"))
+    rank = env_rank(env)
     owner = env.get(ENV_OWNER, "")
     owner_rank = owner.split(":", 1)[0] if owner else None
     if rank is None:
@@ -75,7 +76,16 @@ def decide(env: Mapping[str, str], argv: Sequence[str], pid: int) -> tuple[bool,
         return True, 0, "top process of the job (no RANK): rank 0"
     if owner_rank == str(rank):
         return False, rank, f"helper process of rank {rank} ({owner})"
-    return True, rank, f"RANK={rank}"
+    return True, rank, f"rank {rank} from the launcher's environment"
+
+
+def env_rank(env: Mapping[str, str]) -> int | None:
+    """The rank a launcher gave the process: RANK, else Open MPI's, PMI's or Slurm's (None: none)."""
+    for name in RANK_VARS:
+        value = _int(env.get(name))
+        if value is not None:
+            return value
+    return None
 
 
 def _int(value: str | None) -> int | None:
@@ -87,4 +97,4 @@ def _int(value: str | None) -> int | None:
         return None
 
 
-__all__ = ["decide", "AGENT_PROGRAMS", "AGENT_MODULES"]
+__all__ = ["decide", "env_rank", "AGENT_PROGRAMS", "AGENT_MODULES", "RANK_VARS"]

@@ -26,6 +26,15 @@ API for the recorder and ``perfscope.profile``:
 ``summarize_dir(nccl_dir) -> dict[int, dict]``
     Per rank: ``dropped_events`` and plugin details for the rank metadata.
 
+``flush_in_process() -> bool``
+    When NCCL has loaded the plugin into *this* process: write what it has queued now (call
+    it before an in-process ``ingest_dir``; the plugin otherwise writes every second and at
+    communicator teardown).  False when the plugin is not loaded here.
+
+``set_level_in_process(level) -> int | None``
+    Change the level of every communicator of this process at run time (0 pauses; NCCL
+    samples it per operation).  Returns the previous level, None when not loaded here.
+
 Typical use by a launcher::
 
     env = dict(os.environ)
@@ -38,6 +47,8 @@ Bandwidth (algbw/busbw with the nccl-tests factors) is computed by
 """
 from __future__ import annotations
 
+import ctypes
+import os
 import sysconfig
 from pathlib import Path
 
@@ -68,4 +79,41 @@ def plugin_path() -> Path:
     )
 
 
-__all__ = ["plugin_path", "configure_env", "ingest_dir", "summarize_dir", "default_dir"]
+def _loaded_library() -> ctypes.CDLL | None:
+    """The plugin as already loaded in this process (by NCCL), without loading it."""
+    try:
+        path = plugin_path()
+    except CollectorError:
+        return None
+    try:
+        # RTLD_NOLOAD: a handle only if the library is already mapped, i.e. NCCL loaded it.
+        return ctypes.CDLL(str(path), mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
+    except OSError:
+        return None
+
+
+def flush_in_process() -> bool:
+    """Make the plugin loaded in this process write what it has queued; False if not loaded."""
+    lib = _loaded_library()
+    if lib is None:
+        return False
+    lib.perfscope_nccl_flush()
+    return True
+
+
+def set_level_in_process(level: int) -> int | None:
+    """Set the level (0-3) of every communicator in this process; returns the previous one.
+
+    Returns None when the plugin is not loaded here or no communicator exists yet.
+    """
+    lib = _loaded_library()
+    if lib is None:
+        return None
+    old = int(lib.perfscope_nccl_set_level(int(level)))
+    return None if old < 0 else old
+
+
+__all__ = [
+    "plugin_path", "configure_env", "ingest_dir", "summarize_dir", "default_dir",
+    "flush_in_process", "set_level_in_process",
+]

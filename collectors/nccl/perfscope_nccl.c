@@ -273,8 +273,16 @@ static int open_output(int comm_rank) {
   mkdir(g.dir, 0777); /* one level; EEXIST is fine, any other failure shows at open */
   char path[PATH_MAX + 128];
   int rank = g.env_rank >= 0 ? g.env_rank : comm_rank;
-  snprintf(path, sizeof(path), "%s/nccl-rank%d-%s-pid%d.psnccl", g.dir, rank, host, (int)g.pid);
-  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  /* Never overwrite: a restarted process may have the same pid (containers, pid 1). */
+  int fd = -1;
+  for (int k = 0; k < 100 && fd < 0; k++) {
+    if (k == 0)
+      snprintf(path, sizeof(path), "%s/nccl-rank%d-%s-pid%d.psnccl", g.dir, rank, host, (int)g.pid);
+    else
+      snprintf(path, sizeof(path), "%s/nccl-rank%d-%s-pid%d-%d.psnccl", g.dir, rank, host, (int)g.pid, k);
+    fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0 && errno != EEXIST) return -1;
+  }
   if (fd < 0) return -1;
   ps_file_header h;
   memset(&h, 0, sizeof(h));

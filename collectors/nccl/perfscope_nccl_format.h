@@ -26,7 +26,6 @@
 #define PS_FLAG_GRAPH_CAPTURED 1u
 #define PS_FLAG_IS_SEND 2u
 #define PS_FLAG_FOREIGN_PID 4u      /* ProxyOp issued by another process (PXN): parent unknown */
-#define PS_FLAG_NOT_STOPPED 8u      /* flushed at finalize/exit without a stopEvent */
 
 typedef struct {
   char magic[8];          /* PS_MAGIC */

@@ -368,17 +368,14 @@ def _collectives(ev: pd.DataFrame, kch: pd.DataFrame, comms: pd.DataFrame, offse
     dur = np.maximum(stop - start, 0)
 
     func = ops["func"].astype(object)
-    peer = np.where(is_coll, None, ops["i0"]).astype(object)
-    seq = ops["u0"].astype("int64").astype(object)
+    seq = ops["u0"].astype("int64")
     if (~is_coll).any():
         p2p = ops[~is_coll]
         ordinal = p2p.sort_values("start_ns", kind="stable").groupby(["comm", "func", "i0"]).cumcount()
-        seq = seq.copy()
         seq.loc[ordinal.index] = ordinal.astype("int64")
-    sizes = ops["dtype"].map(lambda s: dtype_size(s))
+    sizes = ops["dtype"].map(dtype_size)
     count = ops["u1"].astype("int64")
     nbytes = (count * sizes.astype("float64")).round()
-    root = np.where(is_coll & func.isin(ROOTED), ops["i0"], None).astype(object)
     return pd.DataFrame({
         "start_ns": start, "dur_ns": dur, "enqueue_ns": enqueue,
         "comm_id": _comm_col(comms, ops["comm"], "comm_id").to_numpy(object),

@@ -77,11 +77,18 @@ def print_text(a: Any, console: Any = None) -> None:
 
     from perfscope.analyzers import BUCKET_COLUMNS, BUCKETS, step_summary
 
-    con = console or Console()
+    # On a terminal rich uses its width; into a pipe or file, 80 columns would truncate the
+    # bucket columns, so use a wide page instead.
+    con = console or (Console() if sys.stdout.isatty() else Console(width=160))
     meta = a.meta or {}
     con.print(Text(f"run {meta.get('run_id', '?')}  source={meta.get('source', '?')}  world_size={meta.get('world_size', '?')}  "
                    f"status={meta.get('status', '?')}", style="bold"))
     summary = step_summary(a.steps)
+    if len(a.steps) == 0:
+        con.print("no steps to break down")
+        for w in a.warnings:
+            con.print(Text(f"warning: {w}", style="yellow"))
+        return
     t = Table(title="Median step per rank (ms, % of step)", title_justify="left")
     for h in ("rank", "steps", "wall", *BUCKETS):
         t.add_column(h, justify="right")

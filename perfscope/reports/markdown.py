@@ -1,8 +1,6 @@
 """Markdown report of an analysis (a pure function: Analysis in, text out)."""
 from __future__ import annotations
 
-import pandas as pd
-
 from perfscope.analyzers.analysis import step_summary
 from perfscope.analyzers.result import BUCKET_COLUMNS, BUCKETS, Analysis
 
@@ -17,6 +15,15 @@ def md_text(text: object, limit: int = 100) -> str:
     for a, b in (("&", "&amp;"), ("<", "&lt;"), (">", "&gt;"), ("|", "\\|"), ("`", "\\`"), ("*", "\\*"), ("_", "\\_"), ("[", "\\["), ("]", "\\]")):
         s = s.replace(a, b)
     return s
+
+
+def md_code(text: object, limit: int = 300) -> str:
+    """Untrusted text as an inline code span (no escapes are processed inside one, so only
+    backticks and newlines are replaced)."""
+    s = str(text).replace("`", "'").replace("\r", " ").replace("\n", " ")
+    if len(s) > limit:
+        s = s[: limit - 1] + "…"
+    return f"`{s}`"
 
 
 def ms(ns: float) -> str:
@@ -39,20 +46,19 @@ def render_markdown(a: Analysis, title: str = "perfscope report") -> str:
     """
     meta = a.meta or {}
     lines = [f"# {md_text(title)}", ""]
-    lines.append(f"Run `{md_text(meta.get('run_id', '?'))}` · source {md_text(meta.get('source', '?'))} · "
+    lines.append(f"Run {md_code(meta.get('run_id', '?'))} · source {md_text(meta.get('source', '?'))} · "
                  f"world size {md_text(meta.get('world_size', '?'))} · status {md_text(meta.get('status', '?'))}")
     lines.append("")
     lines += ["## Top findings", ""]
     if a.recommendations:
         for i, r in enumerate(a.recommendations, 1):
             saving = f" — saves ~{ms(r.saving_ns)} ms/step ({100 * r.saving_share:.1f}%)" if r.saving_ns else ""
-            lines.append(f"{i}. **{md_text(r.title, 200)}** (`{md_text(r.id)}`, {md_text(r.bucket)}){saving}")
+            lines.append(f"{i}. **{md_text(r.title, 200)}** ({md_code(r.id)}, {md_text(r.bucket)}){saving}")
             lines.append(f"   {md_text(r.message, 2000)}")
             if r.change:
-                change = str(r.change).replace("`", "'")
-                lines.append(f"   Change: `{change}`")
+                lines.append(f"   Change: {md_code(r.change, 1000)}")
             if r.evidence:
-                ev = ", ".join(f"{md_text(k)}={md_text(v)}" for k, v in r.evidence.items())
+                ev = ", ".join(md_code(f"{k}={v}") for k, v in r.evidence.items())
                 lines.append(f"   Evidence: {ev}")
             lines.append("")
     else:
@@ -115,4 +121,4 @@ def render_markdown(a: Analysis, title: str = "perfscope report") -> str:
     return "\n".join(lines)
 
 
-__all__ = ["render_markdown", "md_text"]
+__all__ = ["render_markdown", "md_text", "md_code"]

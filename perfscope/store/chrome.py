@@ -24,6 +24,7 @@ msgspec), never as one giant list of dicts; ``.json.gz`` outputs are gzip-compre
 from __future__ import annotations
 
 import gzip
+import json
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -34,7 +35,7 @@ import msgspec
 import numpy as np
 import pandas as pd
 
-from perfscope.errors import RunExistsError, UsageError
+from perfscope.errors import PerfscopeError, RunExistsError, UsageError
 from perfscope.store.reader import Run, open_run
 
 _CHUNK = 20_000  # events encoded per write
@@ -135,18 +136,27 @@ def export_chrome(
         raise UsageError(f"rank(s) {missing} not in {r.path}; it has ranks {available}")
 
     base = _base_ns(r, wanted)
-    out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
     try:
+        out.parent.mkdir(parents=True, exist_ok=True)
         opener = gzip.open if out.name.endswith(".gz") else open
         with opener(tmp, "wb") as f:  # type: ignore[operator]
             n = _write(r, wanted, base, f)
         os.replace(tmp, out)
+    except OSError as e:
+        _remove_quietly(tmp)
+        raise PerfscopeError(f"cannot write {out}: {e.strerror or e}; choose a writable path") from None
     except BaseException:
-        if tmp.exists():
-            tmp.unlink()
+        _remove_quietly(tmp)
         raise
     return ExportResult(out, n, wanted)
+
+
+def _remove_quietly(path: Path) -> None:
+    try:
+        path.unlink(missing_ok=True)
+    except OSError:
+        pass
 
 
 def _base_ns(run: Run, ranks: list[int]) -> int:
@@ -181,11 +191,13 @@ def _write(run: Run, ranks: list[int], base: int, f: IO[bytes]) -> int:
         "displayTimeUnit": "ms",
         "baseTimeNanoseconds": base,
         "traceName": str(run.path),
-        "perfscope": {"format": 1, "run_id": meta.get("run_id"), "source": meta.get("source"), "ranks": rank_blocks},
     }
-    # The header goes last in the file so the per-rank pid blocks can be filled while
-    # writing; JSON object key order does not matter to any reader.
-    f.write(b'{"traceEvents":[')
+    # Kineto's keys go first (some readers, HTA among them, look for distributedInfo before
+    # traceEvents); the perfscope block goes last so that its per-rank pid tables can be
+    # filled in while the events are written.
+    # json's default ", "/": " separators, as Kineto writes them: HTA finds a trace's rank
+    # with the regex '"rank":\s+(\d+)'.
+    f.write(json.dumps(header).encode()[:-1] + b', "traceEvents": [')
     count = 0
     first = True
     for rank in ranks:
@@ -208,8 +220,9 @@ def _write(run: Run, ranks: list[int], base: int, f: IO[bytes]) -> int:
         body = enc.encode(meta_events)[1:-1]
         f.write(body if first else b"," + body)
         count += len(meta_events)
-    f.write(b"],")
-    f.write(enc.encode(header)[1:])
+    f.write(b'],"perfscope":')
+    f.write(enc.encode({"format": 1, "run_id": meta.get("run_id"), "source": meta.get("source"), "ranks": rank_blocks}))
+    f.write(b"}")
     return count
 
 
@@ -366,10 +379,12 @@ def _rank_events(
             extra = {"source": cols["source"][i], "domain": cols["domain"][i]}
             if dev is not None:
                 pid = gpu_pid(dev)
-                extra.update(pid=cols["pid"][i], tid=tid)
+                # Device and stream only under ps: Kineto gives GPU annotations no "stream"
+                # arg, and HTA would count a range that has one as a kernel.
+                extra.update(pid=cols["pid"][i], tid=tid, device=dev, stream=stream)
                 yield {"ph": "X", "cat": "gpu_user_annotation", "name": cols["name"][i], "pid": pid,
                        "tid": lanes.synthetic(pid, ("annotations", stream), f"stream {stream} annotations", 150_000 + (stream or 0)),
-                       "ts": ts[i], "dur": dur[i], "args": _drop_none({"device": dev, "stream": stream, "ps": extra})}
+                       "ts": ts[i], "dur": dur[i], "args": {"ps": extra}}
             else:
                 orig = cols["pid"][i]
                 pid = host_pid(orig if orig is not None else main_pid)
@@ -429,8 +444,9 @@ def _rank_events(
         ts = _us(df["ts_ns"], base)
         for i in range(len(df)):
             pid = gpu_pid(dev[i])
+            # Counter args must all be numbers (one series each): the device is the process.
             yield {"ph": "C", "cat": "perfscope_metric", "name": metric[i], "pid": pid, "tid": 0, "ts": ts[i],
-                   "args": {"value": value[i], "ps": {"device": dev[i], "value": value[i]}}}
+                   "args": {"value": value[i]}}
 
 
 _COPY_NAMES = {"H2D": "HtoD", "D2H": "DtoH", "D2D": "DtoD", "P2P": "PtoP", "H2H": "HtoH"}

@@ -19,13 +19,18 @@ Kineto event (``ph == "X"``)           perfscope table
 Decisions worth knowing:
 
 * **Timestamps are exact.**  Kineto writes ``ts``/``dur`` as microseconds with three
-  decimals (``"1712195495519689.047"``), relative to ``baseTimeNanoseconds`` when that key
-  is present.  A float64 cannot hold an epoch microsecond value to the nanosecond, so the
-  decoder hands every float literal over as text and it is converted to integer
-  nanoseconds with 64-bit-mantissa arithmetic (exact to the nanosecond up to ~10^16 µs).
-* **Decoding is typed.**  msgspec decodes straight into small Structs that name only the
-  fields used here; everything else in the file (``cpu_op`` arguments, call stacks, flow
-  events) is skipped without building Python objects.  No event dict is ever built.
+  decimals (``1712195495519689.047``), relative to ``baseTimeNanoseconds`` when that key is
+  present.  Below 2**43 µs (relative values) a float64 is within half a nanosecond of such a
+  value, so those decode as floats and the nanoseconds are recovered exactly; a float64
+  cannot hold an *epoch* microsecond value to the nanosecond, so traces with those decode
+  every float literal as its text, converted with 64-bit-mantissa arithmetic (exact up to
+  ~10^16 µs).
+* **Decoding is typed and chunked.**  msgspec first scans the file into raw spans, one per
+  event (no objects), then decodes 16,384 events at a time into small Structs that name only
+  the fields used here.  Each chunk is sorted into tables and turned into columns at once;
+  only the kept events' ``args`` are decoded (``cpu_op`` arguments, call stacks and flow
+  events never are), and no event dict is ever built.  Memory is the file's text plus one
+  chunk of event objects plus the columns.
 * **Collectives.**  Every NCCL kernel (name containing ``nccl``) becomes a ``collectives``
   row.  Its arguments (``Collective name``, ``dtype``, ``In msg nelems``, ``Group size``,
   ``Process Group Name`` ...) come from the kernel itself when Kineto copied them there,
@@ -41,6 +46,7 @@ Decisions worth knowing:
 from __future__ import annotations
 
 import gzip
+import mmap
 import os
 import re
 import shutil
@@ -55,7 +61,7 @@ import msgspec
 import numpy as np
 import pyarrow as pa
 
-from perfscope.errors import InputError, RunExistsError, UsageError
+from perfscope.errors import InputError, PerfscopeError, RunExistsError, UsageError
 
 #: ``progress(message, done, total)``: done/total count input bytes.
 ProgressFn = Callable[[str, int, int], None]
@@ -98,6 +104,7 @@ class _Args(msgspec.Struct, gc=False):
     pg_name: Any = _f("Process Group Name")
     pg_id: Any = _f("Process Group ID")
     seq: Any = None
+    value: Any = None  # counter events ("C") of perfscope's exports
     # Keys only perfscope's own exporter writes, so that a round trip is exact.
     ps: Any = None
 
@@ -154,6 +161,20 @@ _FLOAT_TIME_EVENTS = msgspec.json.Decoder(list[_FloatTimeEvent], float_hook=str)
 _FLOAT_EXACT_US = float(1 << 43)
 _TS_BIG = re.compile(rb'"ts"\s*:\s*-?(\d{13,})')
 CHUNK_EVENTS = 16384
+#: JSON texts up to this size are decoded in one pass (see :func:`decode_trace`).
+WHOLE_DECODE_BYTES = 24 << 20
+
+
+class _WholeTextTrace(_Trace, gc=False):
+    traceEvents: list[_RawArgsEvent] | None = None  # type: ignore[assignment]  # noqa: N815
+
+
+class _WholeFloatTrace(_Trace, gc=False):
+    traceEvents: list[_FloatTimeEvent] | None = None  # type: ignore[assignment]  # noqa: N815
+
+
+_WHOLE_TEXT_DECODER = msgspec.json.Decoder(_WholeTextTrace, float_hook=str)
+_WHOLE_FLOAT_DECODER = msgspec.json.Decoder(_WholeFloatTrace, float_hook=str)
 _ARGS_DECODER = msgspec.json.Decoder(_Args | None, float_hook=str)
 
 
@@ -230,14 +251,21 @@ def _needs_text_times(data: bytes) -> bool:
     return m is not None and int(m.group(1)) >= (1 << 43)
 
 
-def decode_trace(data: bytes, path: Path) -> _Trace:
-    """Decode the top level of Kineto JSON text (events stay raw; see :func:`iter_event_chunks`).
+def decode_trace(data: bytes, path: Path, *, whole: bool | None = None) -> _Trace:
+    """Decode Kineto JSON text.
+
+    Files up to :data:`WHOLE_DECODE_BYTES` are decoded in one pass, events included (one
+    parse instead of a scan plus chunks: faster, and the memory saved by chunks is small
+    there).  Bigger files keep their events as raw spans, decoded a chunk at a time by
+    :func:`iter_event_chunks`, which accepts either form.
 
     Raises:
         InputError: malformed JSON, or JSON that is not a Kineto/Chrome trace object.
     """
+    if whole is None:
+        whole = len(data) <= WHOLE_DECODE_BYTES
     try:
-        trace = _DECODER.decode(data)
+        trace = _decode_whole(data) if whole else _DECODER.decode(data)
     except msgspec.ValidationError as e:
         raise InputError(f"{path} is not a Kineto trace ({e}); expected a JSON object with a traceEvents list") from None
     except msgspec.DecodeError as e:
@@ -256,9 +284,23 @@ def decode_trace(data: bytes, path: Path) -> _Trace:
     return trace
 
 
-def iter_event_chunks(raws: list[msgspec.Raw], *, text_times: bool, path: Path | str = "trace",
+def _decode_whole(data: bytes) -> _Trace:
+    """Header and events in one pass: float timestamps when exact, else their text."""
+    if not _needs_text_times(data):
+        try:
+            trace = _WHOLE_FLOAT_DECODER.decode(data)
+        except msgspec.ValidationError:
+            trace = None  # e.g. a timestamp written as a string: the loose decoder takes it
+        if trace is not None and (not trace.traceEvents or max(abs(e.ts) for e in trace.traceEvents) < _FLOAT_EXACT_US):
+            return trace
+        del trace
+    return _WHOLE_TEXT_DECODER.decode(data)
+
+
+def iter_event_chunks(raws: list[Any], *, text_times: bool, path: Path | str = "trace",
                       chunk: int = CHUNK_EVENTS) -> Iterator[list[_Event]]:
-    """Decode raw events ``chunk`` at a time into :class:`_Event` lists.
+    """Decode raw events ``chunk`` at a time into :class:`_Event` lists (events already
+    decoded by :func:`decode_trace` are passed through in chunks).
 
     Timestamps decode as floats when that is exact (below 2**43 µs, i.e. relative to
     ``baseTimeNanoseconds``) and as their text otherwise (whole numbers arrive as ints):
@@ -268,8 +310,12 @@ def iter_event_chunks(raws: list[msgspec.Raw], *, text_times: bool, path: Path |
     Raises:
         InputError: an event is not a JSON object of the expected shape.
     """
+    if raws and not isinstance(raws[0], msgspec.Raw):
+        for start in range(0, len(raws), chunk):
+            yield raws[start:start + chunk]
+        return
     for start in range(0, len(raws), chunk):
-        data = b"[" + b",".join(raws[start:start + chunk]) + b"]"
+        data = _chunk_buffer(raws[start:start + chunk])
         events: list[Any] | None = None
         if not text_times:
             try:
@@ -283,7 +329,22 @@ def iter_event_chunks(raws: list[msgspec.Raw], *, text_times: bool, path: Path |
                 events = _TEXT_TIME_EVENTS.decode(data)
             except msgspec.ValidationError as e:
                 raise InputError(f"{path}: an event in traceEvents[{start}:{start + chunk}] is malformed ({e})") from None
+        # The map is unmapped when the last Raw pointing into it (the chunk's undecoded args)
+        # goes, i.e. once the caller moves on to the next chunk.
+        del data
         yield events
+
+
+def _chunk_buffer(raws: list[msgspec.Raw]) -> mmap.mmap:
+    """``[raw,raw,...]`` in an anonymous memory map: unlike a bytes object of that size,
+    its pages go back to the OS when it is freed instead of leaving a hole in the heap
+    below the events decoded from it.  (The joined bytes are freed before any event is.)"""
+    joined = b",".join(raws)
+    buf = mmap.mmap(-1, len(joined) + 2)
+    buf.write(b"[")
+    buf.write(joined)
+    buf.write(b"]")
+    return buf
 
 
 # ---------------------------------------------------------------------------------------
@@ -373,17 +434,6 @@ def _str_or_none(v: Any) -> str | None:
 def _arg(e: _Event, name: str) -> Any:
     a = e.args
     return None if a is None else getattr(a, name)
-
-
-_MISSING = object()
-
-
-def _ps(e: _Event, key: str, default: Any = None) -> Any:
-    """A perfscope-export extra from ``args.ps`` (a small dict) or ``default``."""
-    a = e.args
-    if a is None or not isinstance(a.ps, dict):
-        return default
-    return a.ps.get(key, default)
 
 
 def _xyz(v: Any, i: int) -> int | None:
@@ -564,18 +614,6 @@ def _stream(e: _Event) -> Any:
     return s if s is not None else (e.tid if isinstance(e.tid, int) else None)
 
 
-def _host_tid(e: _Event) -> Any:
-    t = _ps(e, "tid", e.tid)
-    return t if isinstance(t, int) else _to_int(t)
-
-
-def _host_pid(e: _Event, pid_map: dict[Any, Any] | None) -> Any:
-    pid = e.pid
-    if pid_map is not None and pid in pid_map:
-        return pid_map[pid]
-    return pid if isinstance(pid, int) else _to_int(pid)
-
-
 _EMPTY_ARGS = _Args()
 _ARGS_LIST_DECODER = msgspec.json.Decoder(list[_Args | None], float_hook=str)
 
@@ -675,42 +713,24 @@ class _Classified:
         Everything else (``cpu_op`` ops, flows, metadata: most of a trace) is dropped, and
         with it the chunk's text, since kept events no longer point into it.
         """
-        kept: dict[str, list[_Event]] = {
-            k: [] for k in ("kernels", "memcpy", "memset", "sync", "api", "gpu_markers", "host", "colls", "metrics", "rpc")}
-        annotations: list[_Event] = []
-        cpu_steps: list[_Event] = []
+        by_cat: dict[Any, list[_Event]] = {cat: [] for cat in _CAT_KIND}
+        get = by_cat.get
         for e in events:
-            ph = e.ph
-            if ph != "X":
-                if ph == "C" and e.cat == "perfscope_metric":
-                    kept["metrics"].append(e)
-                continue
-            cat = e.cat
-            if cat == "cpu_op":
-                # Most events of a trace; only record_param_comms and old-style steps matter.
-                name = e.name
-                if name == "record_param_comms":
-                    kept["rpc"].append(e)
-                elif isinstance(name, str) and name.startswith("ProfilerStep#") and _STEP_RE.match(name):
-                    cpu_steps.append(e)
-            elif cat == "cuda_runtime" or cat == "cuda_driver":
-                kept["api"].append(e)
-            elif cat == "kernel":
-                kept["kernels"].append(e)
-            elif cat == "user_annotation":
-                annotations.append(e)
-            elif cat == "gpu_memcpy":
-                kept["memcpy"].append(e)
-            elif cat == "gpu_memset":
-                kept["memset"].append(e)
-            elif cat == "cuda_sync":
-                kept["sync"].append(e)
-            elif cat == "gpu_user_annotation":
-                kept["gpu_markers"].append(e)
-            elif cat == "perfscope_host":
-                kept["host"].append(e)
-            elif cat == "perfscope_collective":
-                kept["colls"].append(e)
+            # One dict probe per event: most events (cpu_op aside) are flows and metadata
+            # whose category is not a key.
+            bucket = get(e.cat)
+            if bucket is not None:
+                bucket.append(e)
+        kept: dict[str, list[_Event]] = {}
+        for cat, kind in _CAT_KIND.items():
+            evs = [e for e in by_cat[cat] if e.ph == "X"] if kind != "metrics" else [e for e in by_cat[cat] if e.ph == "C"]
+            kept.setdefault(kind, []).extend(evs)
+        cpu_ops = kept.pop("cpu_op")
+        # Most events of a trace; only record_param_comms and old-style steps matter.
+        kept["rpc"] = [e for e in cpu_ops if e.name == "record_param_comms"]
+        cpu_steps = [e for e in cpu_ops if isinstance(e.name, str) and e.name.startswith("ProfilerStep#") and _STEP_RE.match(e.name)]
+        del cpu_ops
+        annotations = kept.pop("annotations")
         # user_annotation: steps (ProfilerStep#N, or marked by our exporter), record_param_comms
         # (some PyTorch versions), everything else a marker.
         for e, a in zip(annotations, _decode_args_batch(annotations)):
@@ -734,6 +754,14 @@ class _Classified:
                 getattr(self, kind).extend(evs)
 
 
+_CAT_KIND = {
+    "cpu_op": "cpu_op", "cuda_runtime": "api", "cuda_driver": "api", "kernel": "kernels",
+    "user_annotation": "annotations", "gpu_memcpy": "memcpy", "gpu_memset": "memset", "cuda_sync": "sync",
+    "gpu_user_annotation": "gpu_markers", "perfscope_host": "host", "perfscope_collective": "colls",
+    "perfscope_metric": "metrics",
+}
+
+
 class _Launch(NamedTuple):
     """What later lookups need of a CUDA API call (kept per correlation id, not the event)."""
 
@@ -741,6 +769,17 @@ class _Launch(NamedTuple):
     tid: Any
     ts: Any
     ps: Any
+
+
+class _LaunchIndex:
+    """``get(correlation)`` -> :class:`_Launch` or None, over the builder's plain tuples."""
+
+    def __init__(self, table: dict[Any, tuple[Any, Any, Any, Any]]) -> None:
+        self.table = table
+
+    def get(self, correlation: Any) -> _Launch | None:
+        t = self.table.get(correlation) if isinstance(correlation, int) else None
+        return _Launch(*t) if t is not None else None
 
 
 class _RankBuilder:
@@ -752,11 +791,14 @@ class _RankBuilder:
     and perfscope collective rows (all few).
     """
 
-    def __init__(self, base_ns: int, pid_map: dict[Any, Any] | None = None) -> None:
+    def __init__(self, base_ns: int, pid_map: dict[Any, Any] | None = None,
+                 device_map: dict[Any, Any] | None = None) -> None:
         self.base_ns = base_ns
         self.pid_map = pid_map
+        self.device_map = device_map
         self.parts: dict[str, list[dict[str, Any]]] = {}
-        self.launches: dict[int, _Launch] = {}
+        # correlation -> (pid, tid, ts, ps): plain tuples, cheap for 10^5 launches.
+        self.launches: dict[int, tuple[Any, Any, Any, Any]] = {}
         self.sync: list[_Event] = []
         self.nccl: list[_Event] = []
         self.rpc: list[_Event] = []
@@ -769,15 +811,12 @@ class _RankBuilder:
         else:
             c = _Classified()
             c.add(events)
-        for e in c.api:
-            corr = e.args.correlation
-            if isinstance(corr, int):
-                self.launches[corr] = _Launch(e.pid, e.tid, e.ts, e.args.ps)
+        self.launches.update((e.args.correlation, (e.pid, e.tid, e.ts, e.args.ps)) for e in c.api)
         self.sync.extend(c.sync)
         self.rpc.extend(c.rpc)
         self.colls.extend(c.colls)
         self.nccl.extend(e for e in c.kernels if isinstance(e.name, str) and is_nccl_kernel(e.name))
-        for name, cols in _basic_tables(c, self.base_ns, self.pid_map).items():
+        for name, cols in _basic_tables(c, self.base_ns, self.pid_map, self.device_map).items():
             self.parts.setdefault(name, []).append(cols)
 
     def finish(self) -> RankTables:
@@ -785,13 +824,14 @@ class _RankBuilder:
         out = {name: _concat_columns(pieces) for name, pieces in self.parts.items()}
         self.parts.clear()
         warnings: list[str] = []
+        launches = _LaunchIndex(self.launches)
         if self.sync:
-            out["sync"] = _sync_table(self.sync, self.launches, self.base_ns)
+            out["sync"] = _sync_table(self.sync, launches, self.base_ns)
         if self.colls:
             _decode_args_batch(self.colls)
             out["collectives"] = _collectives_from_export(self.colls, self.base_ns)
         elif self.nccl:
-            out["collectives"] = _collectives_from_kernels(self.nccl, self.rpc, self.launches, self.base_ns, warnings)
+            out["collectives"] = _collectives_from_kernels(self.nccl, self.rpc, launches, self.base_ns, warnings)
         return _rank_tables(out, warnings)
 
 
@@ -828,7 +868,8 @@ def build_rank_tables(events: Iterable[_Event] | _Classified, base_ns: int, *, p
     return builder.finish()
 
 
-def _basic_tables(c: _Classified, base_ns: int, pid_map: dict[Any, Any] | None) -> dict[str, dict[str, Any]]:
+def _basic_tables(c: _Classified, base_ns: int, pid_map: dict[Any, Any] | None,
+                  device_map: dict[Any, Any] | None = None) -> dict[str, dict[str, Any]]:
     """The tables whose rows need nothing from other chunks: api, kernels, memcpy, memset,
     markers, steps, host and metrics (each {column: values})."""
     kernels, memcpy, memset, api = c.kernels, c.memcpy, c.memset, c.api
@@ -909,7 +950,6 @@ def _basic_tables(c: _Classified, base_ns: int, pid_map: dict[Any, Any] | None) 
         args = [e.args for e in markers] + gpu_args
         x = _extras(args)
         n_host = len(markers)
-        host_x = x[:n_host] if x is not None else None
         start, dur = _times(all_markers, base_ns)
         cats = [e.cat for e in all_markers]
         out["markers"] = {
@@ -919,10 +959,10 @@ def _basic_tables(c: _Classified, base_ns: int, pid_map: dict[Any, Any] | None) 
             "name": _strs([e.name for e in all_markers]),
             "domain": _with_extra(cats, x, "domain"),
             "source": _with_extra(cats, x, "source"),
-            "device": _int_col(_with_extra([None] * n_host, host_x, "device")
-                               + [a.device if a.device is not None else e.pid for a, e in zip(gpu_args, gpu_markers)], pa.int32()),
-            "stream": _int_col(_with_extra([None] * n_host, host_x, "stream")
-                               + [a.stream if a.stream is not None else e.tid for a, e in zip(gpu_args, gpu_markers)]),
+            "device": _int_col(_with_extra([None] * n_host + [a.device if a.device is not None else e.pid
+                                                               for a, e in zip(gpu_args, gpu_markers)], x, "device"), pa.int32()),
+            "stream": _int_col(_with_extra([None] * n_host + [a.stream if a.stream is not None else e.tid
+                                                               for a, e in zip(gpu_args, gpu_markers)], x, "stream")),
         }
 
     # -- steps ---------------------------------------------------------------------------
@@ -951,18 +991,20 @@ def _basic_tables(c: _Classified, base_ns: int, pid_map: dict[Any, Any] | None) 
 
     # -- metrics (perfscope exports only) ------------------------------------------------
     if metrics:
-        x = _extras(_decode_args_batch(metrics, store=False)) or [{}] * len(metrics)
+        args = _decode_args_batch(metrics)
+        # A counter's device is the GPU process it sits in (the export's pid map says which).
+        devices = device_map or {}
         out["metrics"] = {
             "ts_ns": _us_to_ns([e.ts for e in metrics]) + base_ns,
-            "device": _int_col([p.get("device") for p in x], pa.int32()),
+            "device": _int_col([devices.get(e.pid, e.pid) for e in metrics], pa.int32()),
             "metric": _strs([e.name for e in metrics]),
-            "value": pa.array([_to_float(p.get("value")) for p in x], pa.float64()),
+            "value": pa.array([_to_float(a.value) for a in args], pa.float64()),
         }
 
     return out
 
 
-def _sync_table(sync: list[_Event], launches: dict[int, _Launch], base_ns: int) -> dict[str, Any]:
+def _sync_table(sync: list[_Event], launches: _LaunchIndex, base_ns: int) -> dict[str, Any]:
     """The ``sync`` table; the waiting thread is the one that made the correlated API call."""
     args = _decode_args_batch(sync)
     x = _extras(args)
@@ -1027,7 +1069,7 @@ def _collectives_from_export(colls: list[_Event], base_ns: int) -> dict[str, Any
 
 
 def _collectives_from_kernels(
-    nccl: list[_Event], rpc: list[_Event], api_by_corr: dict[int, _Launch], base_ns: int, warnings: list[str]
+    nccl: list[_Event], rpc: list[_Event], api_by_corr: _LaunchIndex, base_ns: int, warnings: list[str]
 ) -> dict[str, Any]:
     """One row per NCCL kernel, with record_param_comms arguments where they can be linked."""
     by_ext = {e.args.external_id: e for e in rpc if e.args is not None and isinstance(e.args.external_id, int)}
@@ -1124,13 +1166,6 @@ def _enclosing(ops: list[tuple[int, int, _Event]] | None, starts: list[int] | No
 # ---------------------------------------------------------------------------------------
 # Whole import
 # ---------------------------------------------------------------------------------------
-@dataclass
-class _Parsed:
-    path: Path
-    trace: _Trace
-    rank: int | None
-
-
 def _dist_rank(trace: _Trace) -> int | None:
     d = trace.distributedInfo
     if isinstance(d, dict):
@@ -1253,7 +1288,7 @@ def import_kineto(
                 elif rank is not None and r != rank:
                     result.warnings.append(f"{path.name}: --rank {rank} overrides distributedInfo.rank {r}")
                     r = rank
-                groups = [(r, None, trace.deviceProperties, trace.distributedInfo)]
+                groups = [(r, None, trace.deviceProperties, trace.distributedInfo, None)]
             for r, *_ in groups:
                 if r in seen:
                     raise UsageError(
@@ -1261,7 +1296,7 @@ def import_kineto(
                 seen[r] = path
             # Decode a chunk of events at a time and keep only what a table needs.
             owner = _pid_owner(trace)
-            builders = {r: _RankBuilder(base, pid_map) for r, pid_map, *_ in groups}
+            builders = {r: _RankBuilder(base, pid_map, device_map) for r, pid_map, _, _, device_map in groups}
             only = groups[0][0]
             text_times = _needs_text_times(data)
             for chunk in iter_event_chunks(trace.traceEvents or [], text_times=text_times, path=path):
@@ -1275,7 +1310,7 @@ def import_kineto(
                         builders[r].add(evs)
             trace.traceEvents = None
             del data
-            for r, pid_map, props, dist in groups:
+            for r, _, props, dist, _ in groups:
                 rt = builders.pop(r).finish()
                 written = write_rank_tables(tmp, r, rt.tables)
                 result.rows[r] = {name: int(written.get(name, 0)) for name in rt.tables}
@@ -1314,6 +1349,9 @@ def import_kineto(
         if progress:
             progress("writing run", total, total)
         _move_into_place(tmp, out, force)
+    except OSError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise PerfscopeError(f"cannot write the run at {out}: {e.strerror or e}; choose a writable output folder") from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -1338,11 +1376,11 @@ def _pid_owner(trace: _Trace) -> dict[Any, int] | None:
             if isinstance(entry, dict) and "pid" in entry}
 
 
-def _split_perfscope_export(trace: _Trace) -> list[tuple[int, dict[Any, Any] | None, Any, Any]] | None:
+def _split_perfscope_export(trace: _Trace) -> list[tuple[int, Any, Any, Any, Any]] | None:
     """The ranks of one of perfscope's own exports (the first is where unclaimed pids go).
 
-    Returns None for ordinary Kineto traces.  Otherwise a list of (rank, exported-pid ->
-    original host pid, deviceProperties, distributedInfo).
+    Returns None for ordinary Kineto traces.  Otherwise a list of (rank, exported host pid
+    -> original host pid, deviceProperties, distributedInfo, exported GPU pid -> device).
     """
     ranks = _export_ranks(trace)
     if ranks is None:
@@ -1351,7 +1389,9 @@ def _split_perfscope_export(trace: _Trace) -> list[tuple[int, dict[Any, Any] | N
     for r in ranks:
         pid_map = {entry["pid"]: entry.get("host_pid") for entry in r.get("pids", [])
                    if isinstance(entry, dict) and "pid" in entry and entry.get("kind") == "host"}
-        out.append((int(r["rank"]), pid_map, r.get("deviceProperties"), r.get("distributedInfo")))
+        device_map = {entry["pid"]: entry.get("device") for entry in r.get("pids", [])
+                      if isinstance(entry, dict) and "pid" in entry and entry.get("kind") == "gpu"}
+        out.append((int(r["rank"]), pid_map, r.get("deviceProperties"), r.get("distributedInfo"), device_map))
     return out
 
 

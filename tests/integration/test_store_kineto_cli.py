@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import shutil
 from pathlib import Path
 import pandas as pd
@@ -209,13 +210,18 @@ def test_export_layout(tmp_path: Path, ddp_run: Path, capsys: pytest.CaptureFixt
     code, text, err = cli(capsys, "export", "chrome", str(ddp_run), "-o", str(out))
     assert code == 0, err
     assert "ui.perfetto.dev" in text
-    doc = json.loads(out.read_text())
+    text = out.read_text()
+    doc = json.loads(text)
+    # Kineto's keys come before the events, with Kineto's spacing (HTA greps '"rank":\s+N').
+    assert re.search(r'"rank":\s+0', text[: text.index('"traceEvents"')])
     assert doc["baseTimeNanoseconds"] % 1_000_000_000 == 0
     assert doc["distributedInfo"]["world_size"] == 2
     assert doc["deviceProperties"][0]["name"] == "NVIDIA H100 80GB HBM3"
     events = doc["traceEvents"]
     names = {e["args"]["name"] for e in events if e.get("name") == "process_name"}
     assert {"rank 0 GPU 0", "rank 1 GPU 1"} <= names and any(n.startswith("rank 1 host") for n in names)
+    # GPU annotations carry no "stream" arg (HTA would count them as kernels), as in Kineto.
+    assert all("stream" not in e["args"] for e in events if e.get("cat") == "gpu_user_annotation")
     kernels = [e for e in events if e.get("cat") == "kernel"]
     assert len(kernels) == 152 and all(e["tid"] == e["args"]["stream"] for e in kernels)
     assert {e["cat"] for e in events if e["ph"] == "X"} >= {"kernel", "gpu_memcpy", "gpu_memset", "cuda_sync", "cuda_runtime",
@@ -331,3 +337,69 @@ def test_round_trip_two_shared_ranks(shared_kineto: Path, tmp_path: Path) -> Non
     import_kineto(tmp_path / "t.json", tmp_path / "b")
     assert_same_tables(tmp_path / "a", tmp_path / "b")
 
+
+
+def test_progress_bar_on_a_terminal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Big inputs on a TTY get a rich progress bar on stderr; the summary stays on stdout."""
+    import sys
+
+    import perfscope.cli.import_cmd as import_cmd
+
+    calls: list[tuple[str, int, int]] = []
+    real = import_cmd.import_kineto
+
+    def spy(*args: object, **kwargs: object) -> object:
+        progress = kwargs["progress"]
+        assert progress is not None
+
+        def record(message: str, done: int, total: int) -> None:
+            calls.append((message, done, total))
+            progress(message, done, total)  # type: ignore[operator]
+
+        kwargs["progress"] = record
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(import_cmd, "PROGRESS_MIN_BYTES", 0)
+    monkeypatch.setattr(import_cmd, "import_kineto", spy)
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
+    code, out, err = cli(capsys, "import", "kineto", *map(str, DDP), "-o", str(tmp_path / "r"))
+    assert code == 0 and "Imported 2 file(s)" in out
+    assert calls and calls[-1][1] == calls[-1][2]  # ends at 100 %
+    assert [c[1] for c in calls] == sorted(c[1] for c in calls)  # never goes backwards
+
+
+def test_unwritable_output_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    code, _, err = cli(capsys, "import", "kineto", str(SINGLE), "-o", str(blocker / "run"))
+    assert code != 0 and err.count("\n") == 1 and "cannot write" in err
+    run = tmp_path / "run"
+    import_kineto(SINGLE, run)
+    code, _, err = cli(capsys, "export", "chrome", str(run), "-o", str(blocker / "t.json"))
+    assert code != 0 and err.count("\n") == 1 and "cannot write" in err
+
+
+def test_empty_trace_imports_as_an_empty_rank(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    empty = tmp_path / "empty.json"
+    empty.write_text(json.dumps({"schemaVersion": 1, "distributedInfo": {"rank": 3, "world_size": 4}, "traceEvents": []}))
+    code, out, err = cli(capsys, "import", "kineto", str(empty), "-o", str(tmp_path / "e"))
+    assert code == 0 and "rank 3" in out and "0 kernels" in out
+    code, out, _ = cli(capsys, "info", str(tmp_path / "e"), "--json")
+    doc = json.loads(out)
+    assert doc["world_size"] == 4 and doc["ranks"][0]["rank"] == 3 and doc["tables"]["kernels"] == 0
+    code, _, err = cli(capsys, "export", "chrome", str(tmp_path / "e"), "-o", str(tmp_path / "e.json"))
+    assert code == 0, err
+    assert json.loads((tmp_path / "e.json").read_text())["traceEvents"] == []
+
+
+@pytest.mark.parametrize("trace", [*DDP, SINGLE], ids=lambda p: p.name)
+def test_chunked_and_whole_decoding_agree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, trace: Path) -> None:
+    """Small files decode in one pass, big ones chunk by chunk: both give the same tables."""
+    import perfscope.store.kineto as kineto
+
+    import_kineto(trace, tmp_path / "whole")
+    monkeypatch.setattr(kineto, "WHOLE_DECODE_BYTES", 0)
+    monkeypatch.setattr(kineto, "CHUNK_EVENTS", 50)
+    monkeypatch.setattr(kineto.iter_event_chunks, "__kwdefaults__", {"path": "trace", "chunk": 50})
+    import_kineto(trace, tmp_path / "chunked")
+    assert_same_tables(tmp_path / "whole", tmp_path / "chunked")

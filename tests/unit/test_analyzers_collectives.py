@@ -64,3 +64,15 @@ def test_collectives_from_kernels() -> None:
     k = pd.DataFrame({"rank": [0, 1], "start_ns": [0, 5], "dur_ns": [10, 5], "name": ["ncclKernel_AllReduce_RING", "ncclDevKernel_Generic"]})
     c = collectives_from_kernels(k, np.array(["communication", "communication"]))
     assert c["func"].tolist() == ["AllReduce", "unknown"]
+
+
+def test_end_aligned_skew_ignores_clock_offsets() -> None:
+    # GIVEN rank 1's clock is 1 ms ahead, and rank 0 arrived 200 ns before rank 1
+    c = pd.DataFrame({"rank": [0, 1], "start_ns": [1000, 1_001_200], "dur_ns": [500, 300], "comm_id": "c", "seq": [0, 0],
+                      "func": "AllReduce", "bytes": 10, "nranks": 2})
+    shared = analyze_collectives(c).set_index("rank")
+    assert shared.loc[0, "wait_ns"] == 500  # the offset swamps the real 200 ns
+    r = analyze_collectives(c, clock="end_aligned").set_index("rank")
+    assert r["wait_ns"].tolist() == [200, 0]
+    assert r["arrival_skew_ns"].tolist() == [0, 200]
+    assert (r["last_rank"] == 1).all()

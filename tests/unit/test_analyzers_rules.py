@@ -57,20 +57,22 @@ def test_exposed_comm_advice_names_ddp_options() -> None:
 
 def test_environment_checks_become_findings() -> None:
     meta = {"environment": {"checks": [
-        {"id": "cpu_governor", "status": "warn", "message": "CPU governor is powersave", "fix": "cpupower frequency-set -g performance"},
-        {"id": "gpu_persistence", "status": "fail", "message": "Persistence mode off", "fix": "nvidia-smi -pm 1"},
-        {"id": "numa", "status": "ok", "message": "fine", "fix": ""},
+        {"id": "cpu.governor", "status": "warn", "message": "CPU governor is powersave", "fix": "cpupower frequency-set -g performance"},
+        {"id": "gpu.persistence", "status": "fail", "message": "Persistence mode off", "fix": "nvidia-smi -pm 1"},
+        {"id": "numa.gpu_affinity", "status": "pass", "message": "fine", "fix": ""},
     ]}}
     recs = evaluate_rules(ctx(steps(compute=5_000_000, host=5_000_000), meta=meta))
     env = [r for r in recs if r.bucket == "environment"]
-    assert [r.id for r in env] == ["environment.cpu_governor", "environment.gpu_persistence"]
+    assert [r.id for r in env] == ["environment.cpu.governor", "environment.gpu.persistence"]
     assert env[1].change == "nvidia-smi -pm 1"
     assert recs[-1].bucket == "environment"  # after the rules with savings
 
 
-def test_governor_from_snapshot_without_doctor() -> None:
-    recs = evaluate_rules(ctx(steps(compute=10), meta={"environment": {"cpu": {"governor": "powersave"}}}))
-    assert any(r.id == "environment.cpu_governor" for r in recs)
+def test_governor_from_snapshot_without_doctor_checks() -> None:
+    recs = evaluate_rules(ctx(steps(compute=10), meta={"environment": {"facts": {"cpu": {"governors": {"powersave": 8}}}}}))
+    assert any(r.id == "environment.cpu_governor" and "powersave" in r.message for r in recs)
+    recs = evaluate_rules(ctx(steps(compute=10), meta={"environment": {"facts": {"cpu": {"governors": {"performance": 8}}}}}))
+    assert not any(r.bucket == "environment" for r in recs)
 
 
 def test_default_thresholds_documented() -> None:

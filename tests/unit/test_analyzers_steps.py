@@ -31,12 +31,14 @@ def test_profiler_steps_extend_to_launched_gpu_work_and_clip() -> None:
     assert not r.warnings
 
 
-def test_extension_never_overlaps_next_step() -> None:
-    steps = E({"rank": [0, 0], "step": [1, 2], "start_ns": [0, 100], "dur_ns": [50, 50], "name": ["a", "b"], "source": "explicit"})
-    api = E({"rank": [0], "start_ns": [40], "dur_ns": [1], "correlation": [7], "name": "cudaLaunchKernel"})
-    gpu = E({"rank": [0], "start_ns": [60], "end_ns": [170], "correlation": [7]})
+def test_windows_follow_a_lagging_gpu_without_overlap() -> None:
+    # GIVEN three host steps whose GPU work runs long after the host moved on
+    steps = E({"rank": 0, "step": [1, 2, 3], "start_ns": [0, 100, 200], "dur_ns": [50, 50, 50], "name": ["a", "b", "c"], "source": "explicit"})
+    api = E({"rank": 0, "start_ns": [40, 140, 240], "dur_ns": 1, "correlation": [7, 8, 9], "name": "cudaLaunchKernel"})
+    gpu = E({"rank": 0, "start_ns": [60, 170, 290], "end_ns": [170, 290, 400], "correlation": [7, 8, 9]})
     w = step_windows(steps, _empty(MARK_COLS), _empty(HOST_COLS), api, gpu, [0]).windows
-    assert w["end_ns"].tolist() == [100, 150]
+    # THEN each step starts where the previous one's GPU work ended (tb_plugin's rule)
+    assert list(zip(w["start_ns"], w["end_ns"])) == [(0, 170), (170, 290), (290, 400)]
 
 
 def test_explicit_preferred_over_profiler_step() -> None:

@@ -82,3 +82,21 @@ def test_level_zero_and_bad_levels(tmp_path: Path, no_conf: None) -> None:
         configure_env({}, tmp_path, level=7)
     with pytest.raises(UsageError, match="not a level"):
         configure_env({"PERFSCOPE_NCCL_LEVEL": "max"}, tmp_path)
+
+
+def test_in_process_controls_only_touch_a_loaded_plugin(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    # A fresh interpreter: nothing loaded the plugin, so nothing happens.
+    code = (
+        "from perfscope.collectors.nccl import flush_in_process, set_level_in_process, plugin_path\n"
+        "import ctypes\n"
+        "assert flush_in_process() is False and set_level_in_process(0) is None\n"
+        "ctypes.CDLL(str(plugin_path()))  # what NCCL's dlopen does\n"
+        "assert flush_in_process() is True\n"
+        "assert set_level_in_process(0) is None  # no communicator yet\n"
+        "print('ok')\n"
+    )
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
+    assert p.stdout.strip() == "ok", p.stderr

@@ -111,11 +111,11 @@ def test_level3_proxy_steps(recorded: tuple[Path, object]) -> None:
     assert (steps["peer"] == 1 - steps["rank"]).all()
 
 
-@pytest.mark.xfail(reason="analyzers.collectives matches operations on (comm_id, seq), but NCCL numbers "
-                   "each function separately: the key must be (comm_id, func, seq)", strict=False)
 def test_bandwidth_from_the_analyzer(recorded: tuple[Path, object]) -> None:
     _, run = recorded
     collectives = pytest.importorskip("perfscope.analyzers.collectives")
     out = collectives.analyze_collectives(run.table("collectives"), world_size=len(run.ranks))
     big = out[(out["func"] == "AllReduce") & (out["bytes"] == 1 << 20)]
     assert len(big) == len(run.ranks) and (big["busbw_gbps"] > 0).all()
+    # Every operation was matched across all ranks on (comm_id, func, seq).
+    assert (out["matched_ranks"] == len(run.ranks)).all()

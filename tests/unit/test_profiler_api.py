@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -92,7 +93,8 @@ def test_decorator_and_bare_decorator(tmp_path: Path, monkeypatch: pytest.Monkey
     def bare() -> str:
         return "ok"
 
-    with pytest.warns(PerfscopeWarning):  # CUPTI/GPU missing here: one warning, the run still completes
+    with warnings.catch_warnings():  # bare: default options, so CUPTI may warn that no GPU is here
+        warnings.simplefilter("ignore", PerfscopeWarning)
         assert bare() == "ok"
     runs = list(tmp_path.glob("perfscope-*.perfscope"))
     assert len(runs) == 1 and perfscope.open_run(runs[0]).status == "complete"
@@ -231,3 +233,29 @@ def test_overwrite_replaces_a_run(tmp_path: Path) -> None:
     with perfscope.profile(tmp_path / "ow", overwrite=True, **CPU_ONLY) as prof:
         _train(1, prof)
     assert perfscope.open_run(tmp_path / "ow").row_counts()["steps"] == 1
+
+
+def test_nccl_plugin_variables_are_set_while_recording_and_restored(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    nccl = pytest.importorskip("perfscope.collectors.nccl")
+    try:
+        nccl.plugin_path()
+    except Exception:  # noqa: BLE001
+        pytest.skip("NCCL plugin not built here")
+    monkeypatch.delenv("NCCL_PROFILER_PLUGIN", raising=False)
+    with perfscope.profile(tmp_path / "nccl", cupti=False, nvml=False):
+        assert os.environ["NCCL_PROFILER_PLUGIN"] == str(nccl.plugin_path())
+    assert "NCCL_PROFILER_PLUGIN" not in os.environ
+    assert "nccl" in perfscope.open_run(tmp_path / "nccl").rank_meta(0)["collectors"]
+
+
+def test_users_own_nccl_plugin_is_kept_with_a_warning(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    pytest.importorskip("perfscope.collectors.nccl")
+    monkeypatch.setenv("NCCL_PROFILER_PLUGIN", "/opt/their/libprofiler.so")
+    with pytest.warns(PerfscopeWarning, match="NCCL_PROFILER_PLUGIN"):
+        with perfscope.profile(tmp_path / "theirs", cupti=False, nvml=False):
+            assert os.environ["NCCL_PROFILER_PLUGIN"] == "/opt/their/libprofiler.so"
+    assert "nccl" not in perfscope.open_run(tmp_path / "theirs").rank_meta(0)["collectors"]

@@ -28,6 +28,9 @@ BASE = {"PERFSCOPE_RUN_DIR": "/runs/x"}
     ({**BASE, "PERFSCOPE_OWNER": "-:100"}, [PY, "helper.py"], (False, 0)),
     # a rank started by a launcher that (wrongly) recorded as implicit rank 0 still records
     ({**BASE, "RANK": "0", "PERFSCOPE_OWNER": "-:100"}, [PY, "train.py"], (True, 0)),
+    # `perfscope record -- srun -n 4 python train.py`: each task records as its Slurm rank
+    ({**BASE, "SLURM_PROCID": "2"}, [PY, "train.py"], (True, 2)),
+    ({**BASE, "SLURM_PROCID": "0", "RANK": "5"}, [PY, "train.py"], (True, 5)),
     (BASE, [PY, "-c", "from multiprocessing.spawn import spawn_main; spawn_main(tracker_fd=5)", "--multiprocessing-fork"], (False, 0)),
     (BASE, [PY, "-c", "from multiprocessing.resource_tracker import main;main(4)"], (False, 0)),
 ])
