@@ -30,7 +30,7 @@ from perfscope.analyzers.classify import COMMUNICATION, MEMORY, codes_and_names,
 from perfscope.analyzers.collectives import analyze_collectives, collectives_from_kernels
 from perfscope.analyzers.config import AnalysisConfig
 from perfscope.analyzers.gpu_summary import gpu_summary
-from perfscope.analyzers.intervals import as_i64, as_key, split_by_rank
+from perfscope.analyzers.intervals import as_i64, as_key, merge, split_by_rank
 from perfscope.analyzers.kernels import launch_stats, top_kernels
 from perfscope.analyzers.result import BUCKET_COLUMNS, Analysis, Recommendation
 from perfscope.analyzers.rules import RuleContext, evaluate_rules
@@ -228,7 +228,8 @@ def analyze_run(run: Any, config: AnalysisConfig | None = None, progress: Progre
     for r, w in steps.groupby("rank", sort=False):
         L = layers_by_rank[int(r)]
         busy = tuple(np.concatenate([L[k][i] for k in ("compute", "comm", "pcie")]) for i in (0, 1))
-        drains.append(post_sync_idle(w, busy, L["host_sync"]))
+        # One sync is often seen twice (CUPTI's sync record and the runtime call): merge.
+        drains.append(post_sync_idle(w, busy, merge(*L["host_sync"])))
     if drains:
         steps = steps.join(pd.concat(drains))
     else:

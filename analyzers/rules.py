@@ -493,13 +493,14 @@ PREREQUISITES: dict[str, tuple[str, ...]] = {"sync.host": ("launch.bound",)}
 
 
 def evaluate_rules(ctx: RuleContext) -> list[Recommendation]:
-    """Run every rule; return the recommendations that fired, largest saving first (rule
-    order breaks ties) except that a prerequisite (:data:`PREREQUISITES`) is moved just
+    """Run every rule; return the recommendations that fired with a positive saving, largest
+    saving first (rule order breaks ties) except that a prerequisite (:data:`PREREQUISITES`) is moved just
     before the first recommendation it enables; then environment findings."""
     fired: list[tuple[int, Recommendation]] = []
     for i, r in enumerate(RULES):
         rec = r.fn(ctx)
-        if rec is not None:
+        # A finding whose fix would save nothing measurable here is not advice.
+        if rec is not None and rec.saving_ns > 0:
             fired.append((i, rec))
     fired.sort(key=lambda x: (-x[1].saving_ns, x[0]))
     recs = [r for _, r in fired]

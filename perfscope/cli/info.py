@@ -50,7 +50,12 @@ def info(run: str, as_json: bool) -> None:
     ranks = Table("rank", "host", "status", "gpu", title="ranks")
     for r in doc["ranks"]:
         gpu = r.get("gpu") or {}
-        ranks.add_row(str(r.get("rank")), str(r.get("host", "")), str(r.get("status", "")), str(gpu.get("name", "") if isinstance(gpu, dict) else gpu))
+        ranks.add_row(
+            str(r.get("rank")),
+            str(r.get("host") or "-"),
+            str(r.get("status") or "-"),
+            str((gpu.get("name") if isinstance(gpu, dict) else gpu) or "-"),
+        )
     console.print(ranks)
     tables = Table("table", "rows", title="tables")
     for name, n in doc["tables"].items():

@@ -299,8 +299,8 @@ def _decode_whole(data: bytes) -> _Trace:
 
 def iter_event_chunks(raws: list[Any], *, text_times: bool, path: Path | str = "trace",
                       chunk: int = CHUNK_EVENTS) -> Iterator[list[_Event]]:
-    """Decode raw events ``chunk`` at a time into :class:`_Event` lists (events already
-    decoded by :func:`decode_trace` are passed through in chunks).
+    """Decode raw events ``chunk`` at a time into :class:`_Event` lists (a list of events
+    already decoded by :func:`decode_trace` is handed out in chunks, and emptied).
 
     Timestamps decode as floats when that is exact (below 2**43 µs, i.e. relative to
     ``baseTimeNanoseconds``) and as their text otherwise (whole numbers arrive as ints):
@@ -311,8 +311,12 @@ def iter_event_chunks(raws: list[Any], *, text_times: bool, path: Path | str = "
         InputError: an event is not a JSON object of the expected shape.
     """
     if raws and not isinstance(raws[0], msgspec.Raw):
-        for start in range(0, len(raws), chunk):
-            yield raws[start:start + chunk]
+        # Already decoded: hand the list out a chunk at a time, removing each chunk from it
+        # so that the events no table keeps are freed as the import goes.
+        while raws:
+            events = raws[:chunk]
+            del raws[:chunk]
+            yield events
         return
     for start in range(0, len(raws), chunk):
         data = _chunk_buffer(raws[start:start + chunk])

@@ -47,3 +47,22 @@ def test_no_advice_without_evidence(tmp_path: Path) -> None:
     finish(tmp_path / "ok")
     a = analyze_run(open_run(tmp_path / "ok"))
     assert [r.id for r in a.recommendations] == []
+
+
+H200 = Path(__file__).resolve().parents[1] / "data" / "h200"
+
+
+@pytest.mark.parametrize(("name", "first", "slow"), [("comm_heavy", "comm.exposed", None), ("straggler", "comm.straggler", 2)])
+def test_runs_recorded_by_perfscope(name: str, first: str, slow: int | None) -> None:
+    """Runs recorded on the H200 by perfscope's own recorder (CUPTI + NCCL plugin + host hooks)."""
+    path = H200 / f"{name}.perfscope"
+    if not path.is_dir():
+        pytest.skip(f"{path} not present")
+    a = analyze_run(open_run(path))
+    assert a.recommendations[0].id == first
+    assert all(r.saving_ns > 0 for r in a.recommendations if r.bucket != "environment")
+    assert (a.steps[list(BUCKET_COLUMNS)].sum(axis=1) == a.steps["wall_ns"]).all()
+    if slow is not None:
+        assert int(a.stragglers.iloc[0]["rank"]) == slow
+        others = a.steps[a.steps["rank"] != slow].groupby("rank")[["sync_ns", "collective_wait_ns"]].median()
+        assert (others["collective_wait_ns"] > 0).all() and (others["sync_ns"] >= others["collective_wait_ns"]).all()

@@ -403,3 +403,15 @@ def test_chunked_and_whole_decoding_agree(tmp_path: Path, monkeypatch: pytest.Mo
     monkeypatch.setattr(kineto.iter_event_chunks, "__kwdefaults__", {"path": "trace", "chunk": 50})
     import_kineto(trace, tmp_path / "chunked")
     assert_same_tables(tmp_path / "whole", tmp_path / "chunked")
+
+
+def test_chunked_and_whole_decoding_agree_on_a_shared_trace(shared_kineto: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import perfscope.store.kineto as kineto
+
+    trace = shared_kineto / "ns_resolution_trace_rank-0.json.gz"  # epoch µs with ns decimals
+    if not trace.is_file():
+        pytest.skip(f"{trace.name} not present")
+    import_kineto(trace, tmp_path / "whole")
+    monkeypatch.setattr(kineto, "WHOLE_DECODE_BYTES", 0)
+    import_kineto(trace, tmp_path / "chunked")
+    assert_same_tables(tmp_path / "whole", tmp_path / "chunked")
