@@ -74,6 +74,13 @@ class StepMarker:
             self.prof.step()
 
 
+def optimize(opt: torch.optim.Optimizer, loss: torch.Tensor) -> None:
+    """One plain optimizer step: zero the gradients, back-propagate ``loss``, step."""
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+
+
 def total_iterations() -> int:
     """Warm-up plus measured steps."""
     return WARMUP + steps()

@@ -18,9 +18,7 @@ def main() -> None:
     with common.profiled("compute_bound") as step:
         for _ in range(common.total_iterations()):
             loss = layers(x).square().mean()
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
+            common.optimize(opt, loss)
             step()
     torch.cuda.synchronize()
 

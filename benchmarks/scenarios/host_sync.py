@@ -22,9 +22,7 @@ def main() -> None:
                 loss = model(x).square().mean()
                 total += loss.item()  # a device-to-host sync every micro-iteration
             loss = model(x).square().mean()
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
+            common.optimize(opt, loss)
             step()
     torch.cuda.synchronize()
 

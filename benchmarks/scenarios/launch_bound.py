@@ -20,9 +20,7 @@ def main() -> None:
             for _ in range(300):
                 x = x * 1.0001 + 0.0001  # two tiny elementwise kernels
             loss = x.sum()
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
+            common.optimize(opt, loss)
             step()
     torch.cuda.synchronize()
 

@@ -18,9 +18,7 @@ def main() -> None:
         for _ in range(common.total_iterations()):
             x = host_batch.to(dev)  # pageable: staged through a bounce buffer, blocks the host
             loss = model(x[:, 0, :]).square().mean()
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
+            common.optimize(opt, loss)
             step()
     torch.cuda.synchronize()
 

@@ -32,9 +32,7 @@ def main() -> None:
             x, y = next(it)
             x, y = x.to(dev), y.to(dev)
             loss = torch.nn.functional.cross_entropy(model(x), y)
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
+            common.optimize(opt, loss)
             step()
     torch.cuda.synchronize()
 
