@@ -2,14 +2,23 @@
 
 The pipeline, per run:
 
-1. read only the needed columns of kernels, memcpy, memset, sync, api, markers, steps, host
-   and collectives (memory is bounded by those columns, not by the trace size);
-2. classify kernels (:mod:`.classify`), build step windows (:mod:`.steps`);
+1. read the collectives table (small: one row per NCCL operation; it spans ranks);
+2. one rank at a time, read only the needed columns of kernels, memcpy, memset, sync, api,
+   markers, steps and host, then: classify kernels once per distinct name
+   (:mod:`.classify`), look each GPU event's launching call up once, build step windows
+   (:mod:`.steps`), the HTA-style GPU summary row (:mod:`.gpu_summary`), the kernel and
+   launch tables (:mod:`.kernels`) and the copy summary, and keep only the rank's step
+   windows and merged activity layers (disjoint intervals).  Memory is bounded by one
+   rank's columns, not by the run;
 3. match collectives across ranks and compute their skew and bandwidth (:mod:`.collectives`),
    rank stragglers (:mod:`.stragglers`);
-4. sweep each rank's activity layers into the six buckets per step (:mod:`.breakdown`);
-5. HTA-style GPU summary (:mod:`.gpu_summary`), kernel and launch tables (:mod:`.kernels`);
-6. run the rules (:mod:`.rules`).
+4. sweep each rank's layers, plus its collective waits, into the six buckets per step
+   (:mod:`.breakdown`);
+5. run the rules (:mod:`.rules`).
+
+Results are the same, to the bit, as reading every rank at once: string columns are
+re-coded to the categories an all-rank read would give (:class:`_GlobalCodes`), and every
+per-rank table is concatenated in rank order.
 
 :func:`analysis_to_json` turns the result into the JSON document of ``perfscope analyze
 --format json`` and ``perfscope report --format json``.
@@ -26,12 +35,12 @@ import numpy as np
 import pandas as pd
 
 from perfscope.analyzers.breakdown import EMPTY, breakdown, post_sync_idle
-from perfscope.analyzers.classify import COMMUNICATION, MEMORY, codes_and_names, copy_is_pcie, hta_kernel_type, kernel_kind, name_matches, name_values
+from perfscope.analyzers.classify import COMMUNICATION, MEMORY, codes_and_names, copy_is_pcie, hta_is_computation, kernel_kind, name_matches, name_values
 from perfscope.analyzers.collectives import analyze_collectives, collectives_from_kernels
 from perfscope.analyzers.config import AnalysisConfig
-from perfscope.analyzers.gpu_summary import gpu_summary
-from perfscope.analyzers.intervals import as_i64, as_key, merge, split_by_rank
-from perfscope.analyzers.kernels import launch_stats, top_kernels
+from perfscope.analyzers.gpu_summary import summary_frame, summary_row
+from perfscope.analyzers.intervals import I64, KeyIndex, as_i64, as_key, merge, split_by_rank
+from perfscope.analyzers.kernels import LAUNCH_COLUMNS, launch_row, top_kernels
 from perfscope.analyzers.result import BUCKET_COLUMNS, Analysis, Recommendation
 from perfscope.analyzers.rules import RuleContext, evaluate_rules
 from perfscope.analyzers.steps import step_windows
@@ -41,7 +50,7 @@ from perfscope.errors import UsageError
 Progress = Callable[[str], None]
 
 COLUMNS: dict[str, list[str]] = {
-    "kernels": ["rank", "start_ns", "dur_ns", "correlation", "name", "stream"],
+    "kernels": ["rank", "start_ns", "dur_ns", "correlation", "name"],
     "memcpy": ["rank", "start_ns", "dur_ns", "correlation", "copy_kind", "bytes", "pageable"],
     "memset": ["rank", "start_ns", "dur_ns", "correlation"],
     "sync": ["rank", "start_ns", "dur_ns", "sync_kind"],
@@ -57,23 +66,76 @@ DATALOADER_NAME_RE = re.compile(r"enumerate\((?:DataLoader|DataPipe)\)#.*__next_
 PCIE_MEMORY_KERNEL_RE = r"(?i)HtoD|DtoH|HtoH|PtoP|H2D|D2H"
 
 
+RANK_TABLES: tuple[str, ...] = ("kernels", "memcpy", "memset", "sync", "api", "markers", "steps", "host")
+
+
 def _read(run: Any, name: str, ranks: list[int] | None) -> pd.DataFrame:
     df = run.table(name, ranks=ranks, columns=COLUMNS[name])
     if "start_ns" in df.columns and len(df):
-        df = df[df["start_ns"].notna()]
-        if "dur_ns" in df.columns:
-            df = df.assign(dur_ns=df["dur_ns"].fillna(0))
-        df = df.assign(start_ns=as_i64(df["start_ns"]), dur_ns=np.maximum(as_i64(df["dur_ns"]), 0) if "dur_ns" in df.columns else 0)
+        if df["start_ns"].hasnans:  # only nullable columns can; filtering copies every column
+            df = df[df["start_ns"].notna()]
+        dur = df["dur_ns"] if "dur_ns" in df.columns else None
+        if dur is not None and dur.hasnans:
+            dur = dur.fillna(0)
+        df = df.assign(start_ns=as_i64(df["start_ns"]), dur_ns=np.maximum(as_i64(dur), 0) if dur is not None else 0)
     return df.reset_index(drop=True)
+
+
+def _release_arrow_memory() -> None:
+    """Hand the memory pyarrow's pool kept from decoding Parquet back to the system: the
+    pool keeps it otherwise, and the numpy work that follows cannot use it."""
+    try:
+        import pyarrow as pa
+
+        pa.default_memory_pool().release_unused()
+    except (ImportError, AttributeError):  # an old pyarrow: the memory is only kept longer
+        pass
+
+
+class _GlobalCodes:
+    """Codes of a dictionary-encoded column over all ranks while reading one rank at a time.
+
+    Reading every rank at once gives categories in order of first appearance over the ranks
+    (in rank order); that order decides ties in sorted tables (kernels with equal total time),
+    so the per-rank frames are re-coded to it and results stay exactly the same.
+    """
+
+    def __init__(self) -> None:
+        self.index: dict[str, int] = {}
+        self.names: list[str] = []
+
+    def recode(self, col: pd.Series) -> pd.Series:
+        """Return ``col`` as a categorical over every name seen so far (same index)."""
+        if isinstance(col.dtype, pd.CategoricalDtype):
+            codes, cats = col.cat.codes.to_numpy(), col.cat.categories
+        else:
+            codes, cats = pd.factorize(col)
+        codes = np.asarray(codes, dtype=np.int64)
+        present = pd.unique(codes)
+        for c in present[present >= 0]:  # in order of first appearance
+            name = str(cats[c])
+            if name not in self.index:
+                self.index[name] = len(self.names)
+                self.names.append(name)
+        mapping = np.full(len(cats) + 1, -1, dtype=np.int64)  # the last entry maps null (-1) to null
+        mapping[: len(cats)] = [self.index.get(str(x), -1) for x in cats]
+        return pd.Series(pd.Categorical.from_codes(mapping[codes], categories=pd.Index(self.names, dtype=object)), index=col.index)
+
+    def categorical(self, codes: np.ndarray) -> pd.Categorical:
+        """A categorical over every name seen, from global codes (-1 for null)."""
+        return pd.Categorical.from_codes(codes, categories=pd.Index(self.names, dtype=object))
 
 
 LAYER_COMPUTE, LAYER_COMM, LAYER_PCIE = 0, 1, 2
 
 
-def _gpu_events(kernels: pd.DataFrame, kinds: np.ndarray, memcpy: pd.DataFrame, memset: pd.DataFrame) -> pd.DataFrame:
+def _gpu_events(kernels: pd.DataFrame, kinds: np.ndarray, memcpy: pd.DataFrame, memset: pd.DataFrame,
+                launch: list[tuple[np.ndarray, np.ndarray]] | None = None) -> pd.DataFrame:
     """All GPU activity, ordered by rank: ``rank``, ``start_ns``, ``end_ns``, ``correlation``
     (float64, NaN when unknown), ``layer`` (int8: 0 compute, 1 communication, 2 pcie) and
-    ``hta_compute`` (bool: HTA would count it as COMPUTATION)."""
+    ``hta_compute`` (bool: HTA would count it as COMPUTATION).  With ``launch`` (one rank:
+    (found, launch call start) for kernels, memcpy and memset), ``launched`` (bool) and
+    ``launch_ns`` (int64) instead of ``correlation``, ordered by ``start_ns`` (stable)."""
     k_layer = np.where(kinds == COMMUNICATION, LAYER_COMM, LAYER_COMPUTE).astype(np.int8)
     mem_k = kinds == MEMORY
     if mem_k.any():
@@ -89,16 +151,30 @@ def _gpu_events(kernels: pd.DataFrame, kinds: np.ndarray, memcpy: pd.DataFrame, 
             "hta_compute": np.broadcast_to(np.asarray(hta_compute, dtype=bool), (n,)),
         }
 
-    parts = [part(kernels, k_layer, hta_kernel_type(kernels["name"]) == "COMPUTATION")]
+    parts = [part(kernels, k_layer, hta_is_computation(kernels["name"]))]
     if len(memcpy):
         parts.append(part(memcpy, np.where(copy_is_pcie(memcpy["copy_kind"]), LAYER_PCIE, LAYER_COMPUTE), False))
     if len(memset):
         parts.append(part(memset, LAYER_COMPUTE, False))
-    cols = {c: np.concatenate([p[c] for p in parts]) for c in parts[0]}
-    order = np.argsort(cols["rank"], kind="stable")
-    if (order != np.arange(order.size)).any():
-        cols = {c: v[order] for c, v in cols.items()}
-    return pd.DataFrame(cols)
+    if launch is not None:
+        used = [launch[0]] + [lk for lk, df in zip(launch[1:], (memcpy, memset)) if len(df)]
+        for p, (found, start) in zip(parts, used):
+            # The launching call replaces the correlation id (all it was needed for).
+            p["launched"], p["launch_ns"] = found, start
+            del p["correlation"]
+    if len(parts) == 1:
+        cols = {c: np.ascontiguousarray(v) for c, v in parts[0].items()}  # materialises the broadcasts only
+    else:
+        cols = {c: np.concatenate([p[c] for p in parts]) for c in parts[0]}
+    del parts
+    key = cols["rank"] if launch is None else cols["start_ns"]
+    if key.size > 1 and (key[1:] < key[:-1]).any():
+        order = np.argsort(key, kind="stable")  # nearly sorted in practice: fast
+        del key
+        for c in cols:  # one column at a time: the unsorted one is freed before the next
+            cols[c] = cols[c][order]
+    # copy=False: the arrays are ours; consolidating them into one block would copy them all.
+    return pd.DataFrame(cols, copy=False)
 
 
 def _int_or_zero(v: Any) -> int:
@@ -119,8 +195,86 @@ def _ivs(df: pd.DataFrame | None, mask: np.ndarray | None = None, end_col: str |
     return s, e
 
 
+def _cat(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+
+
+@dataclasses.dataclass
+class _RankPass:
+    """What the first pass keeps of one rank once its tables are dropped: small tables and
+    the merged activity layers (disjoint intervals, far fewer than the events)."""
+
+    windows: pd.DataFrame
+    layers: dict[str, tuple[np.ndarray, np.ndarray]]
+
+
+def _rank_pass(run: Any, r: int, cfg: AnalysisConfig, comm_corr: np.ndarray | None, comm_names: set[str] | None,
+               names: _GlobalCodes, copy_kinds: _GlobalCodes, base_ns: int, out: dict[str, list]) -> _RankPass:
+    """Read one rank and compute everything that needs no other rank (appended to ``out``)."""
+    t = {name: _read(run, name, [r]) for name in RANK_TABLES}
+    _release_arrow_memory()
+    k, api = t["kernels"], t["api"]
+    k = k.assign(name=names.recode(k["name"]))
+    kinds = kernel_kind(k["name"], k["correlation"], comm_corr, comm_names)
+    # Each GPU event's launching call, looked up once: the API calls are sorted by correlation
+    # once, and steps, the GPU summary and the launch statistics all use the result.
+    index = KeyIndex(as_key(api["correlation"]))
+    api_start = as_i64(api["start_ns"])
+    k_found, k_pos = index.find(as_key(k["correlation"]))
+    launch = [(k_found, api_start[k_pos] if api_start.size else np.zeros(len(k), I64))]
+    for df in (t["memcpy"], t["memset"]):
+        found, pos = index.find(as_key(df["correlation"]))
+        launch.append((found, api_start[pos] if api_start.size else np.zeros(len(df), I64)))
+    del index
+    gpu = _gpu_events(k, kinds, t["memcpy"], t["memset"], launch)
+    del launch
+
+    sr = step_windows(t["steps"], t["markers"], t["host"], api, gpu, [r],
+                      step_pattern=cfg.step_pattern, extend_to_gpu=cfg.extend_steps_to_gpu)
+    out["step_warnings"].extend(sr.warnings)
+
+    row = summary_row(r, gpu, api, t["steps"], cfg.hta_compat, cfg.hta_compat, base_ns) if len(gpu) else None
+    if row is not None:
+        out["summary"].append(row)
+    if len(k):
+        out["kernels"].append(top_kernels(k, kinds, top_n=cfg.top_kernels))
+        out["launch"].append(launch_row(r, k, api, gpu, cfg.launch, (k_found, k_pos)))
+        comm = kinds == COMMUNICATION
+        if comm.any():
+            out["comm_kernels"].append((k["rank"].to_numpy()[comm], k["start_ns"].to_numpy()[comm],
+                                        k["dur_ns"].to_numpy()[comm], k["name"].cat.codes.to_numpy()[comm]))
+    memcpy = t["memcpy"]
+    if len(memcpy):
+        out["copies"].append(_copy_summary(memcpy.assign(copy_kind=copy_kinds.recode(memcpy["copy_kind"]))))
+
+    # Host spans that block on others (syncs, barriers) and data-loader waits: the host
+    # hook's dataloader_wait spans, and (imported traces) "enumerate(DataLoader)#...__next__".
+    host, markers = t["host"], t["markers"]
+    h_sync = h_dl = None
+    if len(host):
+        h_kind = name_values(host["kind"])
+        h_dl = (h_kind == "dataloader_wait") | name_matches(host["name"], DATALOADER_NAME_RE)
+        h_sync = np.isin(h_kind, HOST_SYNC_KINDS)
+    a_sync = name_matches(api["name"], SYNC_API_RE) if len(api) else None
+    m_dl = name_matches(markers["name"], DATALOADER_NAME_RE) if len(markers) else None
+    glayer = gpu["layer"].to_numpy() if len(gpu) else None
+    g = gpu if len(gpu) else None
+    layers = {
+        # Only each layer's union matters to the sweep: keep it merged (bounded memory).
+        "compute": merge(*_ivs(g, glayer == LAYER_COMPUTE if g is not None else None, "end_ns")),
+        "comm": merge(*_ivs(g, glayer == LAYER_COMM if g is not None else None, "end_ns")),
+        "pcie": merge(*_ivs(g, glayer == LAYER_PCIE if g is not None else None, "end_ns")),
+        "host_sync": _cat([_ivs(t["sync"]), _ivs(host if len(host) else None, h_sync), _ivs(api if len(api) else None, a_sync)]),
+        "dataloader": _cat([_ivs(host if len(host) else None, h_dl), _ivs(markers if len(markers) else None, m_dl)]),
+    }
+    return _RankPass(windows=sr.windows, layers=layers)
+
+
 def analyze_run(run: Any, config: AnalysisConfig | None = None, progress: Progress | None = None) -> Analysis:
     """Analyse a run: step breakdown, GPU summary, kernels, collectives, stragglers, advice.
+
+    The run is read one rank at a time (only the columns the analysis needs), so memory is
+    bounded by the largest rank's columns plus small per-rank results, not by the run.
 
     Args:
         run: a :class:`perfscope.store.Run` (from ``open_run``).
@@ -155,32 +309,45 @@ def analyze_run(run: Any, config: AnalysisConfig | None = None, progress: Progre
     except (TypeError, ValueError):
         world_size = None
 
-    say("reading tables")
-    t = {name: _read(run, name, ranks) for name in COLUMNS}
+    say("reading collectives")
     warnings: list[str] = []
     if status := meta.get("status"):
         if status != "complete":
             warnings.append(f"the run's status is {status!r}: it may end early (a rank stopped before its last flush)")
-
-    say("classifying kernels")
-    coll_raw = t["collectives"]
-    comm_corr = as_key(coll_raw["correlation"]) if len(coll_raw) else None
+    # The collectives table is small (one row per NCCL operation) and spans ranks: read it whole.
+    coll_raw = _read(run, "collectives", ranks)
+    # Correlation ids are per process: each rank's kernels are matched against its own ids.
+    comm_corr = (
+        {int(r): as_key(g["correlation"]) for r, g in coll_raw.groupby("rank", sort=False)} if len(coll_raw) else {}
+    )
     comm_names = set(codes_and_names(coll_raw["kernel_name"])[1]) - {""} if len(coll_raw) else None
-    kinds = kernel_kind(t["kernels"]["name"], t["kernels"]["correlation"], comm_corr, comm_names)
-    gpu = _gpu_events(t["kernels"], kinds, t["memcpy"], t["memset"])
 
-    say("finding steps")
-    sr = step_windows(t["steps"], t["markers"], t["host"], t["api"], gpu, ranks,
-                      step_pattern=cfg.step_pattern, extend_to_gpu=cfg.extend_steps_to_gpu)
-    warnings.extend(sr.warnings)
-    if len(sr.windows) == 0:
+    names, copy_kinds = _GlobalCodes(), _GlobalCodes()
+    out: dict[str, list] = {k: [] for k in ("step_warnings", "summary", "kernels", "launch", "comm_kernels", "copies")}
+    passes: dict[int, _RankPass] = {}
+    has_meta = hasattr(run, "rank_meta")
+    for i, r in enumerate(ranks):
+        say(f"rank {r} ({i + 1}/{len(ranks)}): reading, classifying kernels, finding steps, summarising")
+        # The importer stores a Kineto trace's baseTimeNanoseconds as base_time_ns.
+        meta_r = run.rank_meta(r) if has_meta else {}
+        base = _int_or_zero(meta_r.get("base_time_ns", meta_r.get("time_base_ns")))
+        passes[r] = _rank_pass(run, r, cfg, comm_corr.get(int(r)), comm_names, names, copy_kinds, base, out)
+        _release_arrow_memory()  # the rank's columns (Arrow buffers) are free now
+    windows = [p.windows for p in passes.values() if len(p.windows)]
+    warnings.extend(out["step_warnings"])
+    if not windows:
         warnings.append("the run holds no GPU or host activity to analyse (no kernels, copies, API calls, steps or host spans); "
                         "check `perfscope info RUN` for its row counts")
 
     say("matching collectives")
     coll_src = coll_raw
     if len(coll_src) == 0 and len(ranks) > 1:
-        coll_src = collectives_from_kernels(t["kernels"], kinds)
+        ck = out["comm_kernels"]
+        if ck:
+            kcomm = pd.DataFrame({"rank": np.concatenate([c[0] for c in ck]), "start_ns": np.concatenate([c[1] for c in ck]),
+                                  "dur_ns": np.concatenate([c[2] for c in ck]),
+                                  "name": names.categorical(np.concatenate([c[3] for c in ck]).astype(np.int64))})
+            coll_src = collectives_from_kernels(kcomm, np.full(len(kcomm), COMMUNICATION, dtype=object))
         if len(coll_src):
             warnings.append("no NCCL collector data: collectives were reconstructed from NCCL kernels (no sizes, matched by order)")
     clock = cfg.collective_clock
@@ -194,54 +361,35 @@ def analyze_run(run: Any, config: AnalysisConfig | None = None, progress: Progre
     stragglers = rank_stragglers(coll, min_skew_ns=cfg.min_skew_ns)
 
     say("breaking steps into buckets")
-    # Host spans that block on others (syncs, barriers) and data-loader waits: the host
-    # hook's dataloader_wait spans, and (imported traces) "enumerate(DataLoader)#...__next__".
-    host = t["host"].assign(_kind=name_values(t["host"]["kind"])) if len(t["host"]) else t["host"]
-    if len(host):
-        host = host.assign(_dl=(host["_kind"].to_numpy() == "dataloader_wait") | name_matches(host["name"], DATALOADER_NAME_RE),
-                           _sync=np.isin(host["_kind"].to_numpy(), HOST_SYNC_KINDS))
-    api = t["api"].assign(_sync=name_matches(t["api"]["name"], SYNC_API_RE)) if len(t["api"]) else t["api"]
-    markers = t["markers"].assign(_dl=name_matches(t["markers"]["name"], DATALOADER_NAME_RE)) if len(t["markers"]) else t["markers"]
-    cw = coll[coll["wait_ns"] > 0] if len(coll) else coll
-    by = {name: split_by_rank(df) for name, df in (("gpu", gpu), ("host", host), ("api", api), ("markers", markers), ("sync", t["sync"]), ("cw", cw))}
-    layers_by_rank: dict[int, dict[str, tuple[np.ndarray, np.ndarray]]] = {}
-    for r in ranks:
-        g, h, a, m, sy, w = (by[k].get(r) for k in ("gpu", "host", "api", "markers", "sync", "cw"))
-        glayer = g["layer"].to_numpy() if g is not None else None
-        hs_parts = [_ivs(sy), _ivs(h, h["_sync"].to_numpy() if h is not None else None),
-                    _ivs(a, a["_sync"].to_numpy() if a is not None else None)]
-        dl_parts = [_ivs(h, h["_dl"].to_numpy() if h is not None else None), _ivs(m, m["_dl"].to_numpy() if m is not None else None)]
+    cw = split_by_rank(coll[coll["wait_ns"] > 0]) if len(coll) else {}
+    parts = []
+    for r, p in passes.items():
+        if len(p.windows) == 0:
+            continue
+        w = cw.get(r)
         wait = EMPTY
         if w is not None:
             ws = as_i64(w["start_ns"])
             wait = (ws, ws + as_i64(w["wait_ns"]))
-        layers_by_rank[r] = {
-            "compute": _ivs(g, glayer == LAYER_COMPUTE if g is not None else None, "end_ns"),
-            "comm": _ivs(g, glayer == LAYER_COMM if g is not None else None, "end_ns"),
-            "comm_wait": wait,
-            "pcie": _ivs(g, glayer == LAYER_PCIE if g is not None else None, "end_ns"),
-            "host_sync": (np.concatenate([p[0] for p in hs_parts]), np.concatenate([p[1] for p in hs_parts])),
-            "dataloader": (np.concatenate([p[0] for p in dl_parts]), np.concatenate([p[1] for p in dl_parts])),
-        }
-    steps = breakdown(sr.windows, layers_by_rank)
-    drains = []
-    for r, w in steps.groupby("rank", sort=False):
-        L = layers_by_rank[int(r)]
-        busy = tuple(np.concatenate([L[k][i] for k in ("compute", "comm", "pcie")]) for i in (0, 1))
+        L = {**p.layers, "comm_wait": wait}
+        st = breakdown(p.windows, {r: L})
+        busy = merge(*_cat([L["compute"], L["comm"], L["pcie"]]))
         # One sync is often seen twice (CUPTI's sync record and the runtime call): merge.
-        drains.append(post_sync_idle(w, busy, merge(*L["host_sync"])))
-    if drains:
-        steps = steps.join(pd.concat(drains))
+        parts.append(st.join(post_sync_idle(st, busy, merge(*L["host_sync"]))))
+    if parts:
+        steps = pd.concat(parts, ignore_index=True)
     else:
+        from perfscope.analyzers.steps import WINDOW_COLUMNS, _empty
+
+        steps = breakdown(_empty()[list(WINDOW_COLUMNS)], {})
         steps["sync_calls"] = pd.Series(dtype="int64")
         steps["post_sync_idle_ns"] = pd.Series(dtype="int64")
 
     say("summarising GPU time")
-    base = {r: _int_or_zero(run.rank_meta(r).get("time_base_ns")) for r in ranks} if hasattr(run, "rank_meta") else None
-    summary = gpu_summary(gpu, t["api"], t["steps"], hta_compat=cfg.hta_compat, time_base_ns=base)
-    kern = top_kernels(t["kernels"], kinds, top_n=cfg.top_kernels)
-    launch = launch_stats(t["kernels"], t["api"], gpu, cfg.launch)
-    copies = _copy_summary(t["memcpy"])
+    summary = summary_frame(out["summary"])
+    kern = pd.concat(out["kernels"], ignore_index=True) if out["kernels"] else top_kernels(_read(run, "kernels", []), np.zeros(0, object))
+    launch = pd.DataFrame(out["launch"], columns=list(LAUNCH_COLUMNS))
+    copies = pd.concat(out["copies"], ignore_index=True) if out["copies"] else _copy_summary(_read(run, "memcpy", []))
 
     say("running rules")
     ctx = RuleContext(

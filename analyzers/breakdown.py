@@ -40,7 +40,7 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
-from perfscope.analyzers.intervals import I64, as_i64, coverage
+from perfscope.analyzers.intervals import I64, as_i64
 from perfscope.analyzers.result import BUCKET_COLUMNS, BUCKETS
 
 LAYERS: tuple[str, ...] = ("compute", "comm", "comm_wait", "pcie", "host_sync", "dataloader")
@@ -64,6 +64,92 @@ def label_segments(active: Mapping[str, np.ndarray]) -> np.ndarray:
         [_C, _S, _N, _P, _S, _D],
         _H,
     ).astype(np.int8)
+
+
+def _state_tables() -> dict[str, np.ndarray]:
+    """Per activity state (a 6-bit mask, bit i = layer ``LAYERS[i]`` active): the bucket code
+    and the extra columns' membership, from :func:`label_segments` itself."""
+    states = np.arange(1 << len(LAYERS))
+    active = {name: (states >> i) & 1 == 1 for i, name in enumerate(LAYERS)}
+    code = label_segments(active)
+    gpu_busy = active["compute"] | active["comm"] | active["pcie"]
+    tables = {col: code == b for b, col in enumerate(BUCKET_COLUMNS)}
+    tables["hidden_network_ns"] = active["comm"] & active["compute"]
+    tables["hidden_pcie_ns"] = active["pcie"] & (code != _P)
+    tables["collective_wait_ns"] = active["comm_wait"] & ~active["compute"]
+    tables["gpu_idle_ns"] = ~gpu_busy
+    return tables
+
+
+_STATE_TABLES = _state_tables()
+# Event tags of the sweep: 0 a window bound, 1 + 2i layer i starts, 2 + 2i layer i ends.
+_TAG_BITS = 4
+_TAG_DELTA = np.zeros(1 << _TAG_BITS, dtype=I64)
+for _i in range(len(LAYERS)):
+    _TAG_DELTA[1 + 2 * _i], _TAG_DELTA[2 + 2 * _i] = 1 << _i, -(1 << _i)
+
+
+def _state_lengths(ws: np.ndarray, we: np.ndarray, layers: Mapping[str, Intervals]) -> tuple[np.ndarray, np.ndarray]:
+    """Sweep one rank's layers over its windows.
+
+    Each layer is first merged into disjoint intervals (only its union matters), so at any
+    instant a layer is on or off and the activity is a 6-bit *state*; a layer's start adds
+    its bit and its end removes it.  The time between consecutive event times is summed per
+    (piece, state), where the pieces are cut at every window bound.
+
+    Returns:
+        (bounds, lengths): the sorted distinct window bounds and an int64 array of shape
+        (len(bounds) - 1, 64): ns spent in each state between consecutive bounds.
+    """
+    from perfscope.analyzers.intervals import merge
+
+    lo, hi = int(ws.min()), int(we.max())
+    wb = np.unique(np.concatenate([ws, we]))
+    n_pieces, n_states = max(wb.size - 1, 0), 1 << len(LAYERS)
+    times, tags = [ws, we], [np.zeros(ws.size + we.size, np.int8)]
+    for i, name in enumerate(LAYERS):
+        s, e = layers.get(name, EMPTY)
+        s, e = as_i64(s), as_i64(e)
+        keep = (e > s) & (e > lo) & (s < hi)
+        ms, me = merge(np.clip(s[keep], lo, hi), np.clip(e[keep], lo, hi))
+        times += [ms, me]
+        tags += [np.full(ms.size, 1 + 2 * i, np.int8), np.full(me.size, 2 + 2 * i, np.int8)]
+    shift = 0  # what was subtracted from the event times
+    if hi - lo < (1 << (62 - _TAG_BITS)):
+        shift = lo
+        # One plain sort of (time - lo, tag) packed into an int64 (much faster than argsort);
+        # the order of events at one instant does not matter: the segments between them are empty.
+        t = np.concatenate(times)
+        t -= lo
+        t <<= _TAG_BITS
+        t |= np.concatenate(tags)
+        del times, tags
+        t.sort()
+        tag = (t & ((1 << _TAG_BITS) - 1)).astype(np.int8)
+        t >>= _TAG_BITS  # time - lo from here on
+    else:
+        t, tag = np.concatenate(times), np.concatenate(tags)
+        order = np.argsort(t, kind="stable")
+        t, tag = t[order], tag[order]
+        del order
+    # The state after each event (each prefix is a valid 6-bit mask: int8 is enough).
+    state = np.cumsum(_TAG_DELTA[tag].astype(np.int8), dtype=np.int8)[:-1]
+    del tag
+    seg = np.diff(t)
+    key = np.searchsorted(wb - shift, t[:-1], side="right")
+    del t
+    key -= 1
+    np.minimum(key, max(n_pieces - 1, 0), out=key)  # a segment starting at the last bound is empty
+    key *= n_states
+    key += state
+    del state
+    if hi - lo < (1 << 53):
+        # float64 sums of int64 lengths are exact while every total stays below 2**53 ns.
+        lengths = np.rint(np.bincount(key, weights=seg, minlength=n_pieces * n_states)[: n_pieces * n_states]).astype(I64)
+    else:
+        lengths = np.zeros(n_pieces * n_states, I64)
+        np.add.at(lengths, key, seg)
+    return wb, lengths.reshape(n_pieces, n_states)
 
 
 def breakdown_rank(windows: pd.DataFrame, layers: Mapping[str, Intervals]) -> pd.DataFrame:
@@ -90,38 +176,13 @@ def breakdown_rank(windows: pd.DataFrame, layers: Mapping[str, Intervals]) -> pd
         for c in cols:
             out[c] = np.zeros(0, I64)
         return out
-    lo, hi = int(ws.min()), int(we.max())
-    pieces = [ws, we]
-    for name in LAYERS:
-        s, e = layers.get(name, EMPTY)
-        s, e = as_i64(s), as_i64(e)
-        keep = (e > s) & (e > lo) & (s < hi)
-        pieces.append(np.clip(s[keep], lo, hi))
-        pieces.append(np.clip(e[keep], lo, hi))
-    # Sort + drop repeats (np.unique's hash path is far slower on millions of int64).
-    bounds = np.sort(np.concatenate(pieces))
-    if bounds.size > 1:
-        bounds = bounds[np.concatenate(([True], bounds[1:] != bounds[:-1]))]
-    seg_len = np.diff(bounds)
-    active = {name: coverage(bounds, *layers.get(name, EMPTY)) > 0 for name in LAYERS}
-    code = label_segments(active)
-
-    i0 = np.searchsorted(bounds, ws)
-    i1 = np.searchsorted(bounds, we)
-
-    def window_sums(mask: np.ndarray) -> np.ndarray:
-        cs = np.concatenate(([0], np.cumsum(np.where(mask, seg_len, 0), dtype=I64)))
-        return cs[i1] - cs[i0]
-
-    for b, col in enumerate(BUCKET_COLUMNS):
-        out[col] = window_sums(code == b)
-    gpu_busy = active["compute"] | active["comm"] | active["pcie"]
-    out["hidden_network_ns"] = window_sums(active["comm"] & active["compute"])
-    out["hidden_pcie_ns"] = window_sums(active["pcie"] & (code != _P))
-    out["collective_wait_ns"] = window_sums(active["comm_wait"] & ~active["compute"])
-    out["gpu_idle_ns"] = window_sums(~gpu_busy)
+    wb, lengths = _state_lengths(ws, we, layers)
+    # ns per state from the first bound to each bound; a window is a difference of two rows.
+    cum = np.zeros((wb.size, lengths.shape[1]), I64)
+    np.cumsum(lengths, axis=0, out=cum[1:])
+    per_state = cum[np.searchsorted(wb, we)] - cum[np.searchsorted(wb, ws)]
     for c in cols:
-        out[c] = out[c].astype(I64)
+        out[c] = per_state[:, _STATE_TABLES[c]].sum(axis=1).astype(I64)
     return out
 
 

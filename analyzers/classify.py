@@ -144,6 +144,12 @@ def hta_kernel_type(names: pd.Series | list[str] | np.ndarray) -> np.ndarray:
     return _per_unique(s, classify)
 
 
+def hta_is_computation(names: pd.Series | list[str] | np.ndarray) -> np.ndarray:
+    """Return a bool array: True where :func:`hta_kernel_type` is ``COMPUTATION`` (decided
+    once per distinct name, no per-row strings)."""
+    return _per_unique(_names(names), lambda u: hta_kernel_type(u) == "COMPUTATION").astype(bool)
+
+
 def copy_is_pcie(copy_kind: pd.Series | np.ndarray) -> np.ndarray:
     """Return a bool array: True for copies that cross the host link or go between devices
     (H2D, D2H, P2P, H2H, other or unknown); False for on-device D2D copies."""
@@ -187,5 +193,5 @@ __all_helpers__ = ("codes_and_names",)
 __all__ = [
     "COMPUTE", "COMMUNICATION", "MEMORY", "KINDS", "COMM_NAME_RE", "MEMORY_NAME_RE",
     "HTA_COMM_RE", "HTA_MEMORY_RE", "HTA_NOT_COMPUTE_RE",
-    "codes_and_names", "name_matches", "name_values", "is_comm_name", "kernel_kind", "hta_kernel_type", "copy_is_pcie", "normalize_func",
+    "codes_and_names", "name_matches", "name_values", "is_comm_name", "kernel_kind", "hta_kernel_type", "hta_is_computation", "copy_is_pcie", "normalize_func",
 ]

@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from perfscope.analyzers.classify import codes_and_names, normalize_func
+from perfscope.analyzers.intervals import stable_argsort
 
 BUS_FACTORS = {
     "AllReduce": lambda n: 2.0 * (n - 1) / n,
@@ -49,12 +50,20 @@ def bus_factor(func: pd.Series, nranks: pd.Series) -> np.ndarray:
     """Return the nccl-tests bus-bandwidth factor per row (NaN for unknown functions)."""
     n = pd.to_numeric(nranks, errors="coerce").to_numpy(float)
     f = np.full(len(n), np.nan)
-    fn = np.asarray(func, dtype=object)
+    # Compare the few distinct names, not every row.
+    codes, uniques = pd.factorize(pd.Series(np.asarray(func) if not isinstance(func, pd.Series) else func))
+    uniques = np.asarray(uniques, dtype=object)
     for name, fac in BUS_FACTORS.items():
-        m = fn == name
-        if m.any():
+        hit = np.flatnonzero(uniques == name)
+        m = np.isin(codes, hit) if hit.size else None
+        if m is not None and m.any():
             f[m] = fac(n[m]) if name in ("AllReduce", "AllGather", "ReduceScatter", "AllToAll") else 1.0
     return f
+
+
+def _size(codes: np.ndarray) -> int:
+    """How many codes ``codes`` (0, 1, ...) can hold: one more than the largest (1 if empty)."""
+    return int(codes.max()) + 1 if codes.size else 1
 
 
 def analyze_collectives(coll: pd.DataFrame, world_size: int | None = None, clock: str = "shared") -> pd.DataFrame:
@@ -96,36 +105,59 @@ def analyze_collectives(coll: pd.DataFrame, world_size: int | None = None, clock
     df["dur_ns"] = pd.to_numeric(df["dur_ns"], errors="coerce").fillna(0).astype("int64")
     df["arrival_ns"] = df["arrival_ns"].astype("int64")
 
-    # Match key: (comm_id, func, seq) where every row of the communicator has seq, else order.
-    seq = pd.to_numeric(df["seq"], errors="coerce")
-    has_seq = seq.notna().groupby(df["comm_id"]).transform("all")
-    df = df.sort_values(["rank", "start_ns"], kind="stable")
-    order = df.groupby(["rank", "comm_id", "func"], sort=False, observed=True).cumcount()
-    seq = seq.loc[df.index]
-    has_seq = has_seq.loc[df.index]
-    # match_key: an integer id of the operation across ranks.
-    use_seq = has_seq.to_numpy(bool)
-    keys = pd.DataFrame({
-        "c": df["comm_id"].to_numpy(object),
-        # NCCL numbers each function separately, so func is part of the key either way.
-        "f": df["func"].to_numpy(object),
-        "n": np.where(use_seq, seq.fillna(-1).to_numpy(dtype="float64"), order.to_numpy(dtype="float64")).astype(np.int64),
-    }, index=df.index)
-    df["match_key"] = keys.groupby(["c", "f", "n"], sort=False).ngroup().astype("int64")
     if clock not in ("shared", "end_aligned"):
         raise ValueError(f"clock must be 'shared' or 'end_aligned', not {clock!r}")
+    # Match key: (comm_id, func, seq) where every row of the communicator has seq, else order.
+    # Strings become integer codes (numbered by first appearance), and every per-operation
+    # statistic is a numpy reduction over those codes: no groupby on hundreds of thousands
+    # of rows.
+    seq = pd.to_numeric(df["seq"], errors="coerce")
+    c_code = pd.factorize(df["comm_id"])[0]
+    lacks_seq = np.zeros(_size(c_code), dtype=bool)
+    lacks_seq[c_code[seq.isna().to_numpy(bool)]] = True
+    rank = df["rank"].to_numpy(dtype=np.int64)
+    # The rows in (rank, start) order (a stable sort, as DataFrame.sort_values gives).
+    perm = np.lexsort((df["start_ns"].to_numpy(dtype=np.int64), rank))
+    df = df.take(perm)
+    rank, c_code = rank[perm], c_code[perm]
+    use_seq = ~lacks_seq[c_code]
+    f_code = pd.factorize(df["func"])[0]
+    r_code = pd.factorize(rank)[0]
+    # Position of each operation among its rank's operations with the same comm_id and func.
+    group = (r_code * _size(c_code) + c_code) * _size(f_code) + f_code
+    by_group = stable_argsort(group)
+    g_sorted = group[by_group]
+    g_first = np.ones(g_sorted.size, dtype=bool)
+    g_first[1:] = g_sorted[1:] != g_sorted[:-1]
+    starts = np.flatnonzero(g_first)
+    order = np.empty(group.size, dtype=np.int64)
+    order[by_group] = np.arange(group.size) - np.repeat(starts, np.diff(np.append(starts, group.size)))
+    # NCCL numbers each function separately, so func is part of the key either way.
+    n_key = np.where(use_seq, seq.to_numpy(dtype="float64", na_value=np.nan)[perm], order.astype("float64"))
+    n_key = np.where(np.isnan(n_key), -1.0, n_key).astype(np.int64)
+    n_code = pd.factorize(n_key)[0]
+    key = pd.factorize((c_code * _size(f_code) + f_code) * _size(n_code) + n_code)[0].astype(np.int64)
+    df["match_key"] = key
     # The quantity whose spread is the skew: the arrival time, or (end-aligned) -duration.
-    df["_t"] = df["arrival_ns"] if clock == "shared" else -df["dur_ns"]
-    grp = df.groupby("match_key", sort=False)["_t"]
-    first = grp.transform("min")
-    last = grp.transform("max")
-    df["matched_ranks"] = df.groupby("match_key", sort=False)["rank"].transform("nunique").astype("int64")
-    multi = df["matched_ranks"] > 1
-    df["arrival_skew_ns"] = np.where(multi, df["_t"] - first, 0).astype("int64")
-    df["wait_ns"] = np.where(multi, np.minimum(last - df["_t"], df["dur_ns"]), 0).astype("int64")
-    idx_last = grp.idxmax()
-    last_rank = pd.Series(df.loc[idx_last, "rank"].to_numpy(), index=idx_last.index)
-    df["last_rank"] = df["match_key"].map(last_rank).where(multi).astype("Int64")
+    dur = df["dur_ns"].to_numpy(dtype=np.int64)
+    t = df["arrival_ns"].to_numpy(dtype=np.int64) if clock == "shared" else -dur
+    n_ops = _size(key)
+    first = np.full(n_ops, np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(first, key, t)
+    last = np.full(n_ops, np.iinfo(np.int64).min, dtype=np.int64)
+    np.maximum.at(last, key, t)
+    pairs = np.sort(key * _size(r_code) + r_code)  # distinct (operation, rank): sort, drop repeats
+    pairs = pairs[np.concatenate(([True], pairs[1:] != pairs[:-1]))] if pairs.size else pairs
+    matched = np.bincount(pairs // _size(r_code), minlength=n_ops).astype(np.int64)[key]
+    df["matched_ranks"] = matched
+    multi = matched > 1
+    df["arrival_skew_ns"] = np.where(multi, t - first[key], 0).astype("int64")
+    df["wait_ns"] = np.where(multi, np.minimum(last[key] - t, dur), 0).astype("int64")
+    # The last rank: the first row (in this order) that holds the operation's latest arrival.
+    at_last = np.flatnonzero(t == last[key])
+    first_row = np.full(n_ops, key.size, dtype=np.int64)
+    np.minimum.at(first_row, key[at_last], at_last)
+    df["last_rank"] = pd.arrays.IntegerArray(rank[first_row][key] if key.size else np.zeros(0, np.int64), ~multi)
 
     n = pd.to_numeric(df["nranks"], errors="coerce")
     if world_size:
@@ -142,7 +174,7 @@ def analyze_collectives(coll: pd.DataFrame, world_size: int | None = None, clock
     df["busbw_gbps"] = algbw * bus_factor(df["func"], n)
     df["bytes"] = pd.to_numeric(df["bytes"], errors="coerce").astype("Int64")
     df["seq"] = pd.to_numeric(df["seq"], errors="coerce").astype("Int64")
-    return df[list(COLUMNS)].sort_values(["rank", "start_ns"], kind="stable").reset_index(drop=True)
+    return df[list(COLUMNS)].reset_index(drop=True)  # already in (rank, start_ns) order: ``perm``
 
 
 _KERNEL_FUNC = re.compile(r"(?i)(AllReduce|AllGather|ReduceScatter|Broadcast|Reduce|AllToAll|SendRecv|Send|Recv)")

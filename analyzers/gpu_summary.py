@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from perfscope.analyzers.classify import name_matches, name_values
-from perfscope.analyzers.intervals import I64, as_i64, as_key, lookup, merge, split_by_rank
+from perfscope.analyzers.intervals import I64, as_i64, launch_of, merge, split_by_rank
 
 COLUMNS: tuple[str, ...] = (
     "rank", "span_ns", "idle_ns", "compute_ns", "non_compute_ns",
@@ -48,10 +48,30 @@ def hta_round(start_ns: np.ndarray, end_ns: np.ndarray, base_ns: int = 0) -> tup
     as float64, so an epoch timestamp keeps only ~0.25 us of its fraction; it then takes
     ``ceil(ts)`` and ``floor(ts + dur)``.  Reproduce that float arithmetic; return int64 ns
     on the run's clock."""
+    # The same float64 operations as HTA's, done in place (millions of events per rank).
     rel = start_ns - base_ns
-    s_us = (rel // 1000).astype("float64") + (rel % 1000) / 1000.0
-    e_us = s_us + (end_ns - start_ns) / 1000.0
-    return np.ceil(s_us).astype(I64) * 1000 + base_ns, np.floor(e_us).astype(I64) * 1000 + base_ns
+    s_us = (rel // 1000).astype("float64")
+    rel %= 1000
+    frac = rel.astype("float64")
+    del rel
+    frac /= 1000.0
+    s_us += frac
+    e_us = end_ns - start_ns
+    frac = e_us.astype("float64")
+    del e_us
+    frac /= 1000.0
+    frac += s_us  # e_us = s_us + dur / 1000 (float addition commutes exactly)
+    np.ceil(s_us, out=s_us)
+    np.floor(frac, out=frac)
+    s = s_us.astype(I64)
+    del s_us
+    s *= 1000
+    s += base_ns
+    e = frac.astype(I64)
+    del frac
+    e *= 1000
+    e += base_ns
+    return s, e
 
 
 def gpu_summary(
@@ -75,39 +95,61 @@ def gpu_summary(
     Returns:
         one row per rank with the columns of :data:`COLUMNS` (ns; shares of ``span_ns``).
     """
-    rows = []
     api_by = split_by_rank(api) if api is not None and len(api) else {}
     steps_by = split_by_rank(steps) if steps is not None and len(steps) else {}
+    use_last = hta_compat and api is not None and steps is not None
+    rows = []
     for rank, g in split_by_rank(gpu).items():
-        excluded = False
-        if hta_compat and api is not None and steps is not None:
-            last = _last_profiler_step_start(steps_by.get(rank))
-            if last is not None:
-                a = api_by.get(rank)
-                keep = np.zeros(len(g), dtype=bool)
-                if a is not None and len(a):
-                    found, launch = lookup(as_key(a["correlation"]), as_i64(a["start_ns"]), as_key(g["correlation"]))
-                    keep = found & (launch < last)
-                g = g[keep]
-                excluded = True
-        s, e = as_i64(g["start_ns"]), as_i64(g["end_ns"])
-        if hta_compat:
-            s, e = hta_round(s, e, int((time_base_ns or {}).get(rank, 0) or 0))
-        if s.size == 0:
-            continue
-        ms, me = merge(s, e)
-        if ms.size == 0:
-            continue
-        span = int(me.max() - ms.min())
-        busy = int((me - ms).sum())
-        comp = g["hta_compute"].to_numpy(bool) if "hta_compute" in g.columns else g["hta_type"].to_numpy(object) == "COMPUTATION"
-        cs, ce = merge(s[comp], e[comp])
-        compute = int((ce - cs).sum())
-        idle = span - busy
-        rows.append({
-            "rank": int(rank), "span_ns": span, "idle_ns": idle, "compute_ns": compute,
-            "non_compute_ns": span - compute - idle, "events": int(s.size), "last_step_excluded": excluded,
-        })
+        row = summary_row(rank, g, api_by.get(rank), steps_by.get(rank), use_last, hta_compat, int((time_base_ns or {}).get(rank, 0) or 0))
+        if row is not None:
+            rows.append(row)
+    return summary_frame(rows)
+
+
+def summary_row(
+    rank: int,
+    g: pd.DataFrame,
+    a: pd.DataFrame | None,
+    steps: pd.DataFrame | None,
+    last_step_filter: bool,
+    hta_compat: bool,
+    base_ns: int = 0,
+) -> dict | None:
+    """One rank's row of :func:`gpu_summary` (None when it has no GPU events): ``g`` its GPU
+    events, ``a`` its API calls, ``steps`` its steps; ``last_step_filter`` applies HTA's
+    exclusion of the last ProfilerStep."""
+    excluded = False
+    s, e = as_i64(g["start_ns"]), as_i64(g["end_ns"])
+    comp = g["hta_compute"].to_numpy(bool) if "hta_compute" in g.columns else g["hta_type"].to_numpy(object) == "COMPUTATION"
+    if last_step_filter:
+        last = _last_profiler_step_start(steps)
+        if last is not None:
+            keep = np.zeros(len(g), dtype=bool)
+            if a is not None and len(a):
+                found, launch = launch_of(g, a)
+                keep = found & (launch < last)
+            s, e, comp = s[keep], e[keep], comp[keep]  # the three columns used, not the frame
+            excluded = True
+    if hta_compat:
+        s, e = hta_round(s, e, base_ns)
+    if s.size == 0:
+        return None
+    ms, me = merge(s, e)
+    if ms.size == 0:
+        return None
+    span = int(me.max() - ms.min())
+    busy = int((me - ms).sum())
+    cs, ce = merge(s[comp], e[comp])
+    compute = int((ce - cs).sum())
+    idle = span - busy
+    return {
+        "rank": int(rank), "span_ns": span, "idle_ns": idle, "compute_ns": compute,
+        "non_compute_ns": span - compute - idle, "events": int(s.size), "last_step_excluded": excluded,
+    }
+
+
+def summary_frame(rows: list[dict]) -> pd.DataFrame:
+    """The :func:`gpu_summary` table from :func:`summary_row` rows."""
     out = pd.DataFrame(rows, columns=["rank", "span_ns", "idle_ns", "compute_ns", "non_compute_ns", "events", "last_step_excluded"])
     for c in ("rank", "span_ns", "idle_ns", "compute_ns", "non_compute_ns", "events"):
         out[c] = out[c].astype(I64)
@@ -117,4 +159,4 @@ def gpu_summary(
     return out[list(COLUMNS)]
 
 
-__all__ = ["COLUMNS", "gpu_summary", "hta_round"]
+__all__ = ["COLUMNS", "gpu_summary", "hta_round", "summary_row", "summary_frame"]

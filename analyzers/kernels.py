@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from perfscope.analyzers.classify import codes_and_names
-from perfscope.analyzers.intervals import I64, as_i64, as_key, lookup, split_by_rank
+from perfscope.analyzers.intervals import I64, as_i64, as_key, launch_of, lookup, split_by_rank
 
 KERNEL_COLUMNS: tuple[str, ...] = ("rank", "name", "kind", "count", "total_ns", "mean_ns", "median_ns", "max_ns", "share")
 LAUNCH_COLUMNS: tuple[str, ...] = (
@@ -68,21 +68,42 @@ def top_kernels(kernels: pd.DataFrame, kinds: np.ndarray, top_n: int | None = 50
     codes, names = codes_and_names(kernels["name"])
     rank = kernels["rank"].to_numpy(dtype=np.int64)
     dur = as_i64(kernels["dur_ns"].fillna(0))
-    kinds = np.asarray(kinds, dtype=object)
-    # Sort by (rank, name, duration) once; every statistic is then a slice per group.
-    order = np.lexsort((dur, codes, rank))
-    r, c, d = rank[order], codes[order], dur[order]
+    kinds = np.asarray(kinds)
+    one_rank = rank.size > 0 and rank[0] == rank[-1] and bool((rank == rank[0]).all())
+    if one_rank and int(codes.max()) < (1 << 16) and int(dur.min()) >= 0 and int(dur.max()) < (1 << 47):
+        # One rank (analyze_run's case): sort (name code, duration) packed into one int64,
+        # a plain sort, far faster than a lexsort on millions of rows; same groups and values.
+        packed = np.sort((codes << 47) | dur)
+        c, d = packed >> 47, packed & ((1 << 47) - 1)
+        r = np.full(c.size, rank[0], dtype=np.int64)
+        first_row = None
+    else:
+        # Sort by (rank, name, duration) once; every statistic is then a slice per group.
+        order = np.lexsort((dur, codes, rank))
+        r, c, d = rank[order], codes[order], dur[order]
+        first_row = order
     new = np.ones(r.size, dtype=bool)
     new[1:] = (r[1:] != r[:-1]) | (c[1:] != c[:-1])
     starts = np.flatnonzero(new)
     counts = np.diff(np.append(starts, r.size))
     sums = np.add.reduceat(d, starts)
     lo, hi = starts + (counts - 1) // 2, starts + counts // 2
+    if first_row is None:
+        # The kind of each name's first row in (duration, position) order, as the lexsort
+        # gives it: the earliest row among those with the name's shortest duration.
+        shortest = np.zeros(int(codes.max()) + 1, dtype=np.int64)
+        shortest[c[starts]] = d[starts]
+        rows = np.flatnonzero(dur == shortest[codes])
+        first = np.full(shortest.size, codes.size, dtype=np.int64)
+        np.minimum.at(first, codes[rows], rows)
+        kind_rows = first[c[starts]]
+    else:
+        kind_rows = first_row[starts]
     out = pd.DataFrame({
         "rank": r[starts], "code": c[starts], "count": counts, "total_ns": sums,
         "mean_ns": sums / counts, "median_ns": (d[lo] + d[hi]) / 2, "max_ns": d[starts + counts - 1],
         # A name has one kind except when correlation made one launch of it communication.
-        "kind": kinds[order][starts],
+        "kind": np.asarray(kinds[kind_rows], dtype=object),
     })
     out["name"] = names[out["code"].to_numpy()]
     tot = out.groupby("rank")["total_ns"].transform("sum")
@@ -115,42 +136,55 @@ def launch_stats(
         one row per rank with the columns of :data:`LAUNCH_COLUMNS` (ns; ``launch_bound`` bool).
     """
     th = thresholds or LaunchThresholds()
-    rows = []
     api_by = split_by_rank(api) if len(api) else {}
     gpu_by = split_by_rank(gpu) if len(gpu) else {}
-    for rank, k in split_by_rank(kernels).items():
-        kd = as_i64(k["dur_ns"].fillna(0))
-        row: dict = {"rank": rank, "kernels": int(len(k)), "median_kernel_ns": int(np.median(kd)) if len(kd) else 0}
-        a = api_by.get(rank)
-        found = np.zeros(len(k), dtype=bool)
-        if a is not None and len(a):
-            a_key = as_key(a["correlation"])
-            found, a_pos = lookup(a_key, np.arange(len(a)), as_key(k["correlation"]))
-        if found.any():
-            a_start = as_i64(a["start_ns"])[a_pos[found]]
-            cpu = as_i64(a["dur_ns"].fillna(0))[a_pos[found]]
-            gdur = kd[found]
-            lat = np.maximum(as_i64(k["start_ns"])[found] - (a_start + cpu), 0)
-            short = (cpu <= th.runtime_cutoff_ns) & (gdur < cpu)
-            row.update(
-                correlated=int(found.sum()), short_kernels=int(short.sum()), short_share=float(short.mean()),
-                median_launch_cpu_ns=int(np.median(cpu)), median_launch_latency_ns=int(np.median(lat)),
-                p95_launch_latency_ns=int(np.percentile(lat, 95)),
-                runtime_outliers=int((cpu > th.runtime_cutoff_ns).sum()),
-                launch_delay_outliers=int((lat > th.launch_delay_cutoff_ns).sum()),
-            )
-        else:
-            row.update(correlated=0, short_kernels=0, short_share=0.0, median_launch_cpu_ns=0,
-                       median_launch_latency_ns=0, p95_launch_latency_ns=0, runtime_outliers=0, launch_delay_outliers=0)
-        row.update(_idle_gaps(gpu_by.get(rank), a, th))
-        row["launch_bound"] = bool(
-            row["kernels"] >= th.min_kernels
-            and row["short_share"] >= th.short_share
-            and row["span_ns"] > 0
-            and row["launch_idle_ns"] >= th.idle_share * row["span_ns"]
-        )
-        rows.append(row)
+    rows = [launch_row(rank, k, api_by.get(rank), gpu_by.get(rank), th) for rank, k in split_by_rank(kernels).items()]
     return pd.DataFrame(rows, columns=list(LAUNCH_COLUMNS))
+
+
+def launch_row(
+    rank: int,
+    k: pd.DataFrame,
+    a: pd.DataFrame | None,
+    g: pd.DataFrame | None,
+    th: LaunchThresholds,
+    launch: tuple[np.ndarray, np.ndarray] | None = None,
+) -> dict:
+    """The :data:`LAUNCH_COLUMNS` row of one rank: its kernels ``k``, API calls ``a`` and GPU
+    events ``g``; ``launch`` is (found, position in ``a``) of each kernel's launching call
+    when the caller has looked them up already."""
+    kd = as_i64(k["dur_ns"].fillna(0))
+    row: dict = {"rank": rank, "kernels": int(len(k)), "median_kernel_ns": int(np.median(kd)) if len(kd) else 0}
+    found = np.zeros(len(k), dtype=bool)
+    if a is not None and len(a):
+        if launch is not None:
+            found, a_pos = launch
+        else:
+            found, a_pos = lookup(as_key(a["correlation"]), np.arange(len(a)), as_key(k["correlation"]))
+    if found.any():
+        a_start = as_i64(a["start_ns"])[a_pos[found]]
+        cpu = as_i64(a["dur_ns"].fillna(0))[a_pos[found]]
+        gdur = kd[found]
+        lat = np.maximum(as_i64(k["start_ns"])[found] - (a_start + cpu), 0)
+        short = (cpu <= th.runtime_cutoff_ns) & (gdur < cpu)
+        row.update(
+            correlated=int(found.sum()), short_kernels=int(short.sum()), short_share=float(short.mean()),
+            median_launch_cpu_ns=int(np.median(cpu)), median_launch_latency_ns=int(np.median(lat)),
+            p95_launch_latency_ns=int(np.percentile(lat, 95)),
+            runtime_outliers=int((cpu > th.runtime_cutoff_ns).sum()),
+            launch_delay_outliers=int((lat > th.launch_delay_cutoff_ns).sum()),
+        )
+    else:
+        row.update(correlated=0, short_kernels=0, short_share=0.0, median_launch_cpu_ns=0,
+                   median_launch_latency_ns=0, p95_launch_latency_ns=0, runtime_outliers=0, launch_delay_outliers=0)
+    row.update(_idle_gaps(g, a, th))
+    row["launch_bound"] = bool(
+        row["kernels"] >= th.min_kernels
+        and row["short_share"] >= th.short_share
+        and row["span_ns"] > 0
+        and row["launch_idle_ns"] >= th.idle_share * row["span_ns"]
+    )
+    return row
 
 
 def _idle_gaps(g: pd.DataFrame, api: pd.DataFrame | None, th: LaunchThresholds) -> dict:
@@ -161,7 +195,6 @@ def _idle_gaps(g: pd.DataFrame, api: pd.DataFrame | None, th: LaunchThresholds) 
     s, e = as_i64(g["start_ns"]), as_i64(g["end_ns"])
     order = np.argsort(s, kind="stable")
     s, e = s[order], e[order]
-    corr = as_key(g["correlation"])[order]
     run_end = np.maximum.accumulate(e)
     # Gap before event i (i >= 1) when it starts after everything before it has ended.
     gap = np.zeros(s.size, dtype=I64)
@@ -171,7 +204,8 @@ def _idle_gaps(g: pd.DataFrame, api: pd.DataFrame | None, th: LaunchThresholds) 
     idle = int(gap[is_gap].sum())
     host_wait = np.zeros(s.size, dtype=bool)
     if api is not None and len(api):
-        found, ls = lookup(as_key(api["correlation"]), as_i64(api["start_ns"]), corr)
+        found, ls = launch_of(g, api)
+        found, ls = found[order], ls[order]
         prev_end = np.zeros(s.size, dtype=I64)
         prev_end[1:] = run_end[:-1]
         host_wait = is_gap & found & (ls > prev_end)
@@ -184,4 +218,4 @@ def _idle_gaps(g: pd.DataFrame, api: pd.DataFrame | None, th: LaunchThresholds) 
     }
 
 
-__all__ = ["KERNEL_COLUMNS", "LAUNCH_COLUMNS", "LaunchThresholds", "top_kernels", "launch_stats"]
+__all__ = ["KERNEL_COLUMNS", "LAUNCH_COLUMNS", "LaunchThresholds", "top_kernels", "launch_stats", "launch_row"]

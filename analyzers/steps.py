@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from perfscope.analyzers.classify import name_matches, name_values
-from perfscope.analyzers.intervals import I64, as_i64, as_key, lookup, split_by_rank
+from perfscope.analyzers.intervals import I64, as_i64, launch_of, split_by_rank
 
 STEP_SOURCE_PREFERENCE: tuple[str, ...] = ("explicit", "profiler_step", "nvtx", "annotation", "optimizer")
 WINDOW_COLUMNS: tuple[str, ...] = ("rank", "step", "name", "source", "host_start_ns", "host_end_ns", "start_ns", "end_ns")
@@ -185,7 +185,7 @@ def _launched_gpu_end(hs: np.ndarray, he: np.ndarray, api: pd.DataFrame, gpu: pd
     res = hs.copy()
     if len(api) == 0 or len(gpu) == 0:
         return res
-    found, launch = lookup(as_key(api["correlation"]), as_i64(api["start_ns"]), as_key(gpu["correlation"]))
+    found, launch = launch_of(gpu, api)
     if not found.any():
         return res
     launch = launch[found]

@@ -15,9 +15,16 @@ reported, with the ratios.
   timed inside the child after ``import hta``; HTA runs from its own virtual environment
   (default ``/tmp/hta-venv``, created with ``pip install HolisticTraceAnalysis==0.5.0``).
 
+With ``--scale``, instead: ``analyze_run`` alone on a large synthetic run written through the
+store (2 ranks x (1M kernels, a fifth of them NCCL, + 1M API calls + 20k copies), 1000
+steps, no collectives table, so collectives are rebuilt from the 400k NCCL kernels), each
+repeat in a fresh process: median wall and CPU time and peak RSS (``ru_maxrss``; the
+process holds about 110 MiB of interpreter and libraries before it reads anything).
+
 Usage::
 
     python benchmarks/analyze_speed.py [--trace FILE] [--repeat 5] [--hta-python /tmp/hta-venv/bin/python] [--json]
+    python benchmarks/analyze_speed.py --scale [--repeat 5] [--run DIR]
 """
 from __future__ import annotations
 
@@ -74,6 +81,92 @@ print(json.dumps({"startup_s": t1 - t0, "load_s": t2 - t1, "analyze_s": t3 - t2,
 """
 
 
+SCALE_CHILD = r"""
+import json, resource, sys, time
+from perfscope.store import open_run
+from perfscope.analyzers import analyze_run
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+t, c = time.perf_counter(), time.process_time()
+a = analyze_run(open_run(sys.argv[1]))
+print(json.dumps({"analyze_s": time.perf_counter() - t, "cpu_s": time.process_time() - c, "steps": len(a.steps),
+                  "peak_rss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, "before_rss_kb": before}))
+"""
+
+
+def make_scale_run(path: Path, ranks: int = 2, kernels: int = 1_000_000, steps: int = 1000, copies: int = 20_000,
+                   seed: int = 0) -> None:
+    """Write the ``--scale`` run: per rank ``kernels`` kernels (20 % NCCL, 2000 compute names),
+    one launching API call each (2 % of them stream syncs), ``copies`` copies, ``steps``
+    ProfilerSteps, data-loader spans and markers; no collectives table."""
+    import numpy as np
+
+    from perfscope.store import create_run, update_run, write_rank_meta, write_rank_tables
+
+    rng = np.random.default_rng(seed)
+    create_run(path, command=["python", "train.py"], source="record", world_size=ranks, collectors=["synthetic"])
+    t0 = 1_750_000_000_000_000_000
+    names = np.array([f"void kernel_{i}<float, {i % 7}>(Params)" for i in range(2000)]
+                     + ["ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
+                        "ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
+                        "Memset (Device)", "Memcpy DtoD (Device -> Device)"], dtype=object)
+    for rank in range(ranks):
+        api_start = t0 + np.cumsum(rng.integers(4_000, 16_000, kernels))  # a launch every ~10 us
+        api_dur = rng.integers(2_000, 8_000, kernels)
+        kdur = rng.integers(1_000, 12_000, kernels)
+        kstart = api_start + api_dur + rng.integers(500, 30_000, kernels)
+        nccl = rng.random(kernels) < 0.2
+        code = np.where(nccl, 2000 + rng.integers(0, 2, kernels), rng.integers(0, 2000, kernels))
+        code[rng.random(kernels) < 0.01] = 2002 + rng.integers(0, 2)
+        corr = np.arange(kernels, dtype=np.int64) + 1
+        api_names = np.where(rng.random(kernels) < 0.02, "cudaStreamSynchronize", "cudaLaunchKernel").astype(object)
+        edges = np.linspace(t0, int(kstart[-1] + kdur[-1]), steps + 1).astype(np.int64)
+        ci = np.sort(rng.choice(kernels, copies, replace=False))
+        syncs = api_start[::500]
+        write_rank_tables(path, rank, {
+            "kernels": {"start_ns": kstart, "dur_ns": kdur, "device": np.full(kernels, rank, np.int32),
+                        "stream": np.where(nccl, 20, 7), "correlation": corr, "name": list(names[code])},
+            "api": {"start_ns": api_start, "dur_ns": api_dur, "pid": np.full(kernels, 100 + rank),
+                    "tid": np.ones(kernels, np.int64), "correlation": corr, "name": list(api_names), "kind": ["runtime"] * kernels},
+            "memcpy": {"start_ns": kstart[ci] + 100, "dur_ns": rng.integers(1_000, 50_000, copies),
+                       "device": np.full(copies, rank, np.int32), "stream": np.full(copies, 7), "correlation": corr[-1] + 1 + np.arange(copies),
+                       "copy_kind": list(np.array(["H2D", "D2H", "D2D"], dtype=object)[rng.integers(0, 3, copies)]),
+                       "bytes": rng.integers(4, 64 << 20, copies), "pageable": rng.random(copies) < 0.3},
+            "sync": {"start_ns": syncs, "dur_ns": np.full(syncs.size, 20_000), "sync_kind": ["stream"] * syncs.size},
+            "steps": {"step": np.arange(steps), "start_ns": edges[:-1], "dur_ns": np.diff(edges) - 1000,
+                      "name": [f"ProfilerStep#{i}" for i in range(steps)], "source": ["profiler_step"] * steps},
+            "host": {"start_ns": edges[:-1], "dur_ns": np.full(steps, 50_000), "tid": np.ones(steps, np.int64),
+                     "kind": ["dataloader_wait"] * steps, "name": ["DataLoader.__next__"] * steps},
+            "markers": {"start_ns": edges[:-1], "dur_ns": np.full(steps, 100_000), "pid": np.full(steps, 1),
+                        "tid": np.ones(steps, np.int64), "source": ["user_annotation"] * steps,
+                        "name": ["enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"] * steps},
+        })
+        write_rank_meta(path, rank, {"status": "complete", "host": "h0"})
+    update_run(path, status="complete")
+
+
+def scale(args: argparse.Namespace) -> int:
+    """The ``--scale`` benchmark: analyze_run alone on a large synthetic run, fresh processes."""
+    with tempfile.TemporaryDirectory(prefix="perfscope-scale-") as tmp:
+        run = Path(args.run) if args.run else Path(tmp) / "scale.perfscope"
+        if not (run / "run.json").exists():
+            # In a child: the peak RSS of a process counts its parent's RSS at fork time
+            # (Linux keeps ru_maxrss across exec), so this process must stay small.
+            subprocess.run([sys.executable, __file__, "--make-scale", str(run)], check=True)
+        rows = [_child(sys.executable, SCALE_CHILD, str(run)) for _ in range(args.repeat)]
+    doc = {k: _median(rows, k) for k in rows[0]}
+    doc.update(repeat=args.repeat, cpus=os.cpu_count(), load_average=os.getloadavg()[0],
+               analyze_s_all=[round(r["analyze_s"], 3) for r in rows])
+    if args.json:
+        print(json.dumps(doc, indent=1))
+        return 0
+    print(f"analyze_run, 2 ranks x (1M kernels + 1M API calls + 20k copies), 1000 steps, median of {args.repeat} "
+          f"fresh processes, {doc['cpus']} CPUs, load average {doc['load_average']:.1f}")
+    print(f"wall {doc['analyze_s']:.2f} s (runs: {', '.join(f'{x:.2f}' for x in doc['analyze_s_all'])}), "
+          f"CPU {doc['cpu_s']:.2f} s, peak RSS {doc['peak_rss_kb'] / 1024:.0f} MiB "
+          f"({doc['before_rss_kb'] / 1024:.0f} MiB before reading), {int(doc['steps'])} step rows")
+    return 0
+
+
 def _child(python: str, code: str, *args: str) -> dict:
     res = subprocess.run([python, "-c", code, *args], capture_output=True, text=True, check=False)
     if res.returncode != 0:
@@ -91,7 +184,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--hta-python", default=os.environ.get("HTA_PYTHON", "/tmp/hta-venv/bin/python"))
     ap.add_argument("--json", action="store_true", help="print one JSON document instead of the table")
+    ap.add_argument("--scale", action="store_true", help="analyze_run alone on a large synthetic run (no HTA)")
+    ap.add_argument("--run", help="--scale: use (or create) this run directory instead of a temporary one")
+    ap.add_argument("--make-scale", help=argparse.SUPPRESS)  # internal: write the --scale run there
     args = ap.parse_args(argv)
+    if args.make_scale:
+        make_scale_run(Path(args.make_scale))
+        return 0
+    if args.scale:
+        return scale(args)
     if not args.trace.is_file():
         raise SystemExit(f"no such trace: {args.trace}")
     if not Path(args.hta_python).exists():

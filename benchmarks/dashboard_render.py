@@ -137,15 +137,22 @@ def main() -> None:
     ap.add_argument("--browser", action="store_true", help="also time headless Chromium to first paint")
     ap.add_argument("--run", help="use (or create) this run directory instead of a temporary one")
     ap.add_argument("--measure", help=argparse.SUPPRESS)  # internal: the fresh measuring process
+    ap.add_argument("--generate", help=argparse.SUPPRESS)  # internal: write the synthetic run there
     args = ap.parse_args()
+    if args.generate:
+        n, gen_s = generate(Path(args.generate), args.events, args.steps)
+        print(f"generated {n:,} events in {gen_s:.1f} s at {args.generate}", file=sys.stderr)
+        return
     if args.measure:
         print(json.dumps(measure(args.measure, args.browser)))
         return
     with tempfile.TemporaryDirectory(prefix="perfscope-bench-") as tmp:
         path = Path(args.run) if args.run else Path(tmp) / "big.perfscope"
         if not (path / "run.json").exists():
-            n, gen_s = generate(path, args.events, args.steps)
-            print(f"generated {n:,} events in {gen_s:.1f} s at {path}", file=sys.stderr)
+            # In a child: a process's peak RSS counts its parent's RSS at fork time (Linux
+            # keeps ru_maxrss across exec), so the process that forks the measurement stays small.
+            subprocess.run([sys.executable, __file__, "--generate", str(path), "--events", str(args.events),
+                            "--steps", str(args.steps)], check=True)
         cmd = [sys.executable, __file__, "--measure", str(path)] + (["--browser"] if args.browser else [])
         res = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True,
                                         env={**os.environ, "PYTHONHASHSEED": "0"}).stdout)

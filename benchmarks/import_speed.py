@@ -4,7 +4,9 @@ For each trace, each tool runs in a fresh Python process, three times, interleav
 (HTA, perfscope, HTA, perfscope, ...).  Each child reports the time of the load call
 itself; the parent measures the child's whole wall time (interpreter start and imports
 included) and its peak RSS (``os.wait4`` resource usage, ``ru_maxrss``).  Medians are
-reported with the HTA / perfscope ratio.
+reported with the HTA / perfscope ratio.  Linux carries the parent's resident size at
+spawn into a child's ``ru_maxrss``, so everything that reads a trace in bulk (the synthetic
+trace, counting events) runs in a helper process and this one stays small.
 
 * HTA: ``TraceAnalysis(trace_dir=DIR)`` with the trace alone in DIR (HolisticTraceAnalysis
   0.5.0 installed in its own virtual environment; pass its python with ``--hta-python``).
@@ -92,6 +94,20 @@ def count_events(path: Path) -> int:
         return len(json.load(f)["traceEvents"])
 
 
+def trace_info(path: Path) -> dict[str, Any]:
+    """Events and JSON size (MB) of a trace."""
+    data = path.read_bytes()
+    text = gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data
+    return {"events": count_events(path), "json_mb": len(text) / 1e6}
+
+
+def in_helper(*argv: str) -> Any:
+    """Run this script's ``--helper`` mode in a child process and return its JSON answer
+    (keeps this process's resident size, which its children inherit in ru_maxrss, small)."""
+    out = subprocess.run([sys.executable, __file__, "--helper", *argv], capture_output=True, text=True, check=True, cwd=REPO)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 def make_synthetic(target_events: int, out: Path) -> Path:
     """Tile a real trace in time until it holds ``target_events`` events; return the file.
 
@@ -162,8 +178,7 @@ def bench(trace: Path, hta_python: str, repeat: int, work: Path) -> dict[str, An
 
     summary = {
         "trace": trace.name,
-        "events": count_events(trace),
-        "json_mb": len(gzip.open(trace).read() if trace.read_bytes()[:2] == b"\x1f\x8b" else trace.read_bytes()) / 1e6,
+        **in_helper("info", str(trace)),
         "hta_call_s": med("hta", "call_s"),
         "hta_call_cpu_s": med("hta", "call_cpu_s"),
         "hta_process_cpu_s": med("hta", "cpu_s"),
@@ -188,6 +203,13 @@ def bench(trace: Path, hta_python: str, repeat: int, work: Path) -> dict[str, An
 
 def main(argv: list[str] | None = None) -> int:
     """Parse options, run the benchmark, print a table (and write JSON if asked)."""
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--helper"]:  # see in_helper
+        if argv[1] == "info":
+            print(json.dumps(trace_info(Path(argv[2]))))
+        else:
+            print(json.dumps(str(make_synthetic(int(argv[2]), Path(argv[3])))))
+        return 0
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--hta-python", default="/tmp/hta-venv/bin/python",
                     help="python of a venv with HolisticTraceAnalysis==0.5.0")
@@ -205,7 +227,8 @@ def main(argv: list[str] | None = None) -> int:
     if not traces:
         traces = [p for p in (SHARED / "ns_resolution_trace_rank-0.json.gz", SHARED / "nccl_parser_config_nccl_data.json.gz") if p.is_file()]
     if args.synthetic_events:
-        traces.append(make_synthetic(args.synthetic_events, work / f"synthetic_{args.synthetic_events}.json.gz"))
+        out = work / f"synthetic_{args.synthetic_events}.json.gz"
+        traces.append(Path(in_helper("synthetic", str(args.synthetic_events), str(out))))
     rows = []
     for trace in traces:
         s = bench(trace, args.hta_python, args.repeat, work)

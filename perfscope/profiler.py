@@ -325,6 +325,11 @@ class Profiler:
         from perfscope.collectors.host.spans import HostSpans, Markers
         from perfscope.store import RankWriter
 
+        # pyarrow imports pandas on its first pa.array(); the collectors call it, maybe
+        # first at interpreter exit, when that import fails. `import perfscope` no longer
+        # loads pandas (importing a trace never needs it), so a recording loads it here.
+        import pandas  # noqa: F401
+
         self._started_ns = time.time_ns()
         if self.path is None:
             self.path = Path(_default_path())

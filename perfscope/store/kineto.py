@@ -20,17 +20,24 @@ Decisions worth knowing:
 
 * **Timestamps are exact.**  Kineto writes ``ts``/``dur`` as microseconds with three
   decimals (``1712195495519689.047``), relative to ``baseTimeNanoseconds`` when that key is
-  present.  Below 2**43 µs (relative values) a float64 is within half a nanosecond of such a
-  value, so those decode as floats and the nanoseconds are recovered exactly; a float64
-  cannot hold an *epoch* microsecond value to the nanosecond, so traces with those decode
-  every float literal as its text, converted with 64-bit-mantissa arithmetic (exact up to
-  ~10^16 µs).
-* **Decoding is typed and chunked.**  msgspec first scans the file into raw spans, one per
-  event (no objects), then decodes 16,384 events at a time into small Structs that name only
-  the fields used here.  Each chunk is sorted into tables and turned into columns at once;
-  only the kept events' ``args`` are decoded (``cpu_op`` arguments, call stacks and flow
-  events never are), and no event dict is ever built.  Memory is the file's text plus one
-  chunk of event objects plus the columns.
+  present; a float64 cannot hold an *epoch* microsecond value to the nanosecond.  The
+  whole-file decoder keeps each timestamp as a raw span of the text, and each table's spans
+  are parsed in one call as ``decimal128(38, 3)`` (whose stored integer *is* the
+  nanoseconds).  The chunked decoder (big files) uses floats where they are exact (below
+  2**43 µs) and the same raw spans otherwise.  Values the decimal parse refuses (more than
+  three decimals, text) go through 64-bit-mantissa arithmetic, exact up to ~10^16 µs.
+* **Decoding is typed, and only what a table needs is built.**  msgspec decodes events
+  into small Structs tagged by their phase: complete (``X``) and counter (``C``) events
+  get the fields used here, flows, metadata and the other phases become empty structs.
+  Files up to 64 MB of JSON are decoded in one pass; bigger ones are first scanned into
+  raw spans (no objects) and decoded 16,384 events at a time, so memory stays the file's
+  text plus one chunk of events.  Events are sorted into tables a chunk at a time, only
+  the kept events' ``args`` are decoded (``cpu_op`` arguments, call stacks and flows never
+  are), and no event dict is ever built.  A trace the typed decoders cannot take (an
+  unknown phase, a name that is not text) goes through looser ones, with the same result.
+* **No pandas.**  Columns become Arrow arrays from numpy buffers
+  (:mod:`perfscope.store.arrays`), because ``pa.array`` imports pandas (0.15 s, 45 MB),
+  and gzip is inflated with ISA-L (``isal``) when it is installed.
 * **Collectives.**  Every NCCL kernel (name containing ``nccl``) becomes a ``collectives``
   row.  Its arguments (``Collective name``, ``dtype``, ``In msg nelems``, ``Group size``,
   ``Process Group Name`` ...) come from the kernel itself when Kineto copied them there,
@@ -45,6 +52,7 @@ Decisions worth knowing:
 """
 from __future__ import annotations
 
+import gc
 import gzip
 import mmap
 import os
@@ -52,16 +60,24 @@ import re
 import shutil
 import zlib
 from bisect import bisect_right
+from operator import attrgetter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Annotated, Any, ClassVar, NamedTuple, Union
 
 import msgspec
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc  # casts and encodings below; imported here, not on first use
 
 from perfscope.errors import InputError, PerfscopeError, RunExistsError, UsageError
+from perfscope.store.arrays import bool_array, column, float_array, from_numpy, int_array, str_array, str_or_none, to_int
+
+try:  # ISA-L's inflate is 2-3x faster than zlib's (same output); zlib when it is missing
+    from isal import igzip_lib as _isal
+except ImportError:  # pragma: no cover - isal is a dependency, but keep working without it
+    _isal = None
 
 #: ``progress(message, done, total)``: done/total count input bytes.
 ProgressFn = Callable[[str, int, int], None]
@@ -162,7 +178,7 @@ _FLOAT_EXACT_US = float(1 << 43)
 _TS_BIG = re.compile(rb'"ts"\s*:\s*-?(\d{13,})')
 CHUNK_EVENTS = 16384
 #: JSON texts up to this size are decoded in one pass (see :func:`decode_trace`).
-WHOLE_DECODE_BYTES = 24 << 20
+WHOLE_DECODE_BYTES = 64 << 20
 
 
 class _WholeTextTrace(_Trace, gc=False):
@@ -176,6 +192,136 @@ class _WholeFloatTrace(_Trace, gc=False):
 _WHOLE_TEXT_DECODER = msgspec.json.Decoder(_WholeTextTrace, float_hook=str)
 _WHOLE_FLOAT_DECODER = msgspec.json.Decoder(_WholeFloatTrace, float_hook=str)
 _ARGS_DECODER = msgspec.json.Decoder(_Args | None, float_hook=str)
+
+
+# -- Fast path: events typed by their phase ----------------------------------------------
+# A tagged union on ``ph`` lets msgspec build a full struct only for complete ("X") and
+# counter ("C") events; flows, metadata, instants and the rest of the Chrome phases become
+# empty structs (their fields are skipped, not built).  Timestamps are raw spans (_XR) or,
+# in chunks of relative traces, floats with a bound, so that an epoch-µs value fails
+# validation instead of losing its nanoseconds.  A trace this cannot type (a phase outside
+# the list, a missing ``ph``, a name that is not text) is decoded by the loose decoders
+# above instead, with the same result.
+_ExactUs = Annotated[float, msgspec.Meta(gt=-_FLOAT_EXACT_US, lt=_FLOAT_EXACT_US)]
+
+
+class _X(msgspec.Struct, tag_field="ph", tag="X", gc=False):
+    """A complete event of the chunked decoder (the base of :class:`_XF`)."""
+
+    ph: ClassVar[str] = "X"
+    cat: Any = None
+    name: Any = ""
+    pid: Any = None
+    tid: Any = None
+    ts: Any = 0
+    dur: Any = 0
+    args: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw)
+
+
+class _XF(_X, tag="X", gc=False):
+    """A complete event whose ``ts``/``dur`` are exact as floats (below 2**43 µs)."""
+
+    ts: _ExactUs = 0.0
+    dur: _ExactUs = 0.0
+
+
+class _CF(_XF, tag="C", gc=False):
+    ph: ClassVar[str] = "C"
+
+
+_NUMBER = msgspec.json.Decoder(float_hook=str)
+
+
+def _raw_value(raw: msgspec.Raw) -> Any:
+    """A raw JSON value as the loose decoders give it: whole numbers as ints, other
+    numbers as their text, 0 when the key was absent."""
+    return _NUMBER.decode(raw) if raw else 0
+
+
+class _XR(msgspec.Struct, tag_field="ph", tag="X", gc=False):
+    """A complete event whose ``ts``/``dur`` stay raw spans of the JSON text.
+
+    The whole-file decoder uses these: no float or str object is built per timestamp,
+    and :func:`_ts_ns` turns a table's spans into exact nanoseconds in one decimal parse
+    (the same for epoch and relative µs).  ``.ts``/``.dur`` give the values the other
+    event types hold, for the few places that look at one event.
+    """
+
+    ph: ClassVar[str] = "X"
+    # Typed text decodes faster than Any; a trace whose cat or name is not text (never
+    # seen from Kineto) fails validation and takes the loose decoders.
+    cat: str | None = None
+    name: str = ""
+    pid: Any = None
+    tid: Any = None
+    ts_raw: msgspec.Raw = msgspec.field(name="ts", default_factory=msgspec.Raw)
+    dur_raw: msgspec.Raw = msgspec.field(name="dur", default_factory=msgspec.Raw)
+    args: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw)
+
+    @property
+    def ts(self) -> Any:
+        return _raw_value(self.ts_raw)
+
+    @property
+    def dur(self) -> Any:
+        return _raw_value(self.dur_raw)
+
+
+class _CR(_XR, tag="C", gc=False):
+    ph: ClassVar[str] = "C"
+
+
+class _XRF(msgspec.Struct, tag_field="ph", tag="X", gc=False):
+    """A complete event of the whole-file decoder for relative traces (no epoch-µs
+    timestamp in the first MB): like :class:`_XR`, but ``ts``/``dur`` are floats, exact
+    below 2**43 µs (:data:`_ExactUs`) and cheaper to decode and convert in bulk than text.
+    An epoch-µs value further on fails validation, and the text types take the file."""
+
+    ph: ClassVar[str] = "X"
+    cat: str | None = None
+    name: str = ""
+    pid: Any = None
+    tid: Any = None
+    ts: _ExactUs = 0.0
+    dur: _ExactUs = 0.0
+    args: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw)
+
+
+class _CRF(_XRF, tag="C", gc=False):
+    ph: ClassVar[str] = "C"
+
+
+def _skipped_phase(ph: str) -> type:
+    """An empty struct for events of phase ``ph``: no table keeps them, so none of their
+    fields is decoded; class attributes answer the few questions asked of every event."""
+    attrs = {"ph": ph, "cat": None, "name": None, "pid": None, "tid": None, "ts": 0, "dur": 0, "args": None}
+    ns: dict[str, Any] = {"__annotations__": {k: ClassVar[Any] for k in attrs}, **attrs}
+    return msgspec.defstruct(f"_Skip_{ord(ph)}", [], namespace=ns, tag_field="ph", tag=ph, gc=False)
+
+
+# Every other phase of the Chrome trace event format: duration B/E, instant i/I/R, async
+# b/n/e and legacy S/T/p/F, flow s/t/f, sample P, object N/O/D, metadata M, memory dump
+# v/V, clock sync c, context ( and ).
+_SKIPPED = tuple(_skipped_phase(ph) for ph in "BEiIRbneSTpFstfPNODMvVc()")
+_FastFloat = Union[(_XF, _CF, *_SKIPPED)]  # noqa: UP007 - built from a tuple
+_FastRaw = Union[(_XR, _CR, *_SKIPPED)]  # noqa: UP007
+
+
+class _FastRawTrace(_Trace, gc=False):
+    traceEvents: list[_FastRaw] | None = None  # type: ignore[assignment,valid-type]  # noqa: N815
+
+
+_FastRawFloat = Union[(_XRF, _CRF, *_SKIPPED)]  # noqa: UP007
+
+
+class _FastFloatTrace(_Trace, gc=False):
+    traceEvents: list[_FastRawFloat] | None = None  # type: ignore[assignment,valid-type]  # noqa: N815
+
+
+_FAST_WHOLE_RAW = msgspec.json.Decoder(_FastRawTrace, float_hook=str)
+_FAST_WHOLE_FLOAT = msgspec.json.Decoder(_FastFloatTrace, float_hook=str)
+_FAST_RAW_EVENTS = msgspec.json.Decoder(list[_FastRaw], float_hook=str)  # type: ignore[valid-type]
+_FAST_FLOAT_EVENTS = msgspec.json.Decoder(list[_FastFloat], float_hook=str)  # type: ignore[valid-type]
 
 
 _KINETO_CATS = frozenset({
@@ -214,6 +360,9 @@ class ImportResult:
 # ---------------------------------------------------------------------------------------
 # Reading one file
 # ---------------------------------------------------------------------------------------
+_ISAL_ERRORS: tuple[type[BaseException], ...] = (_isal.IsalError,) if _isal is not None else ()
+
+
 def read_trace_bytes(path: Path) -> bytes:
     """Return the JSON text of ``path``, gunzipped when it is gzip (by content, not name).
 
@@ -234,9 +383,12 @@ def read_trace_bytes(path: Path) -> bytes:
             # One allocation of the final size (the gzip trailer holds it, mod 2**32), so the
             # peak is compressed + uncompressed bytes; multi-member files take gzip's path.
             size = int.from_bytes(data[-4:], "little")
-            text = zlib.decompress(data, wbits=31, bufsize=max(size, 1 << 16))
+            if _isal is not None:
+                text = _isal.decompress(data, flag=_isal.DECOMP_GZIP, bufsize=max(size, 1 << 16))
+            else:
+                text = zlib.decompress(data, wbits=31, bufsize=max(size, 1 << 16))
             data = text if len(text) % (1 << 32) == size else gzip.decompress(data)
-        except (OSError, EOFError, zlib.error) as e:
+        except (OSError, EOFError, zlib.error, *_ISAL_ERRORS) as e:
             raise InputError(f"{path} is not a complete gzip file ({e}); copy it again or gunzip it to check") from None
     return data
 
@@ -286,7 +438,17 @@ def decode_trace(data: bytes, path: Path, *, whole: bool | None = None) -> _Trac
 
 def _decode_whole(data: bytes) -> _Trace:
     """Header and events in one pass: float timestamps when exact, else their text."""
-    if not _needs_text_times(data):
+    text_times = _needs_text_times(data)
+    if not text_times:
+        try:
+            return _FAST_WHOLE_FLOAT.decode(data)  # type: ignore[no-any-return]
+        except msgspec.ValidationError:
+            pass  # an epoch-µs value after the first MB, or an event the union does not cover
+    try:
+        return _FAST_WHOLE_RAW.decode(data)  # type: ignore[no-any-return]
+    except msgspec.ValidationError:
+        pass  # an event the typed union does not cover: the loose decoders take it
+    if not text_times:
         try:
             trace = _WHOLE_FLOAT_DECODER.decode(data)
         except msgspec.ValidationError:
@@ -321,7 +483,14 @@ def iter_event_chunks(raws: list[Any], *, text_times: bool, path: Path | str = "
     for start in range(0, len(raws), chunk):
         data = _chunk_buffer(raws[start:start + chunk])
         events: list[Any] | None = None
-        if not text_times:
+        # Epoch-µs traces keep their timestamps as raw spans (no text object per value).
+        for decoder in (_FAST_RAW_EVENTS,) if text_times else (_FAST_FLOAT_EVENTS, _FAST_RAW_EVENTS):
+            try:
+                events = decoder.decode(data)
+                break
+            except msgspec.ValidationError:
+                pass  # see _decode_whole
+        if events is None and not text_times:
             try:
                 events = _FLOAT_TIME_EVENTS.decode(data)
             except msgspec.ValidationError:
@@ -379,10 +548,16 @@ def _us_to_ns(values: Sequence[Any]) -> np.ndarray:
             # is the nanosecond nearest to the double, which is the one the text said.
             whole = np.floor(us)
             return whole.astype(np.int64) * 1000 + np.rint((us - whole) * 1000).astype(np.int64)
+    if values[0].__class__ is str:
+        ns = _decimal_us_to_ns(values)
+        if ns is not None:
+            return ns
     try:
-        return np.asarray(pa.array(values, pa.int64())) * 1000
-    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
-        pass
+        ints = np.array(values)
+    except (ValueError, OverflowError, TypeError):
+        ints = None
+    if ints is not None and ints.ndim == 1 and ints.dtype.kind == "i":
+        return ints.astype(np.int64, copy=False) * 1000
     if _EXTENDED:
         try:
             ld = np.array(values, dtype=object).astype(np.longdouble)
@@ -391,6 +566,79 @@ def _us_to_ns(values: Sequence[Any]) -> np.ndarray:
         except (ValueError, TypeError):
             pass
     return np.array([_one_us_to_ns(v) for v in values], dtype=np.int64)
+
+
+_DECIMAL_US = pa.decimal128(38, 3)
+_CAST_DECIMAL_US = pc.CastOptions(target_type=_DECIMAL_US)  # safe: more decimals fail
+
+
+def _warm_up_arrow() -> None:
+    """Make Arrow do its once-per-process set-up now, at import, on a few values: the
+    first cast of a process builds the table of cast kernels, the first dictionary
+    encoding and the first zstd Parquet file have set-up of their own (2-4 ms together,
+    none of it depending on a trace)."""
+    import io
+
+    import pyarrow.parquet as pq
+
+    ints = from_numpy(np.arange(2, dtype=np.int64))
+    text = pa.Array.from_buffers(pa.string(), 2, [None, pa.py_buffer(np.array([0, 1, 4], np.int32)),
+                                                  pa.py_buffer(b"11.25")])
+    pc.cast(ints, pa.int32())
+    pc.call_function("cast", [text], _CAST_DECIMAL_US)
+    names = text.cast(pa.dictionary(pa.int32(), pa.string()))
+    pq.write_table(pa.table({"a": ints, "b": names}), io.BytesIO(), compression="zstd",
+                   use_dictionary=["b"], write_statistics=["a"])
+
+
+_warm_up_arrow()
+
+
+def _decimal_us_to_ns(values: Sequence[Any]) -> np.ndarray | None:
+    """Decimal µs text (``"1712195495519689.047"``) to int64 ns through Arrow's exact
+    decimal parser, or None when some value is not text, has more than three decimals or
+    does not fit: the caller's slower paths take those.
+
+    A ``decimal128(38, 3)`` value is stored as its unscaled integer, i.e. the nanoseconds,
+    in two 64-bit words (low first); the low word is the answer when the high one is just
+    its sign extension.
+    """
+    text = str_array(values, strict=True)
+    return None if text is None else _decimal_text_to_ns(text)
+
+
+def _raw_us_to_ns(raws: list[msgspec.Raw]) -> np.ndarray:
+    """Raw JSON numbers (µs) to int64 ns, exactly: the spans joined are the data of an
+    Arrow string array, parsed as decimals in one call.  Absent values, nulls, strings and
+    numbers with more than three decimals take the per-value path (:func:`_us_to_ns`)."""
+    n = len(raws)
+    if n == 0:
+        return np.zeros(0, np.int64)
+    lengths = np.fromiter(map(len, raws), dtype=np.int64, count=n)
+    ns = None
+    if lengths.min() > 0:
+        offsets = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        if offsets[-1] < 2**31:
+            text = pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets.astype(np.int32)),
+                                                          pa.py_buffer(b"".join(raws))])
+            ns = _decimal_text_to_ns(text)
+    return ns if ns is not None else _us_to_ns([_raw_value(r) for r in raws])
+
+
+def _decimal_text_to_ns(text: pa.Array) -> np.ndarray | None:
+    """A string array of decimal µs to int64 ns (see :func:`_decimal_us_to_ns`)."""
+    try:
+        dec = pc.call_function("cast", [text], _CAST_DECIMAL_US)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+        return None
+    if dec.null_count:
+        return None
+    words = np.frombuffer(dec.buffers()[1], dtype=np.int64, count=2 * len(dec), offset=16 * dec.offset).reshape(-1, 2)
+    low = words[:, 0]
+    if not np.array_equal(words[:, 1], low >> 63):
+        return None
+    return low.copy()
 
 
 def _one_us_to_ns(v: Any) -> int:
@@ -408,31 +656,11 @@ def _one_us_to_ns(v: Any) -> int:
 
 def _int_col(values: list[Any], type_: pa.DataType = pa.int64()) -> pa.Array:
     """Integer column with nulls; tolerates floats-as-text and numeric strings."""
-    try:
-        return pa.array(values, type_)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError):
-        return pa.array([_to_int(v) for v in values], type_)
+    return int_array(values, type_)
 
 
-def _to_int(v: Any) -> int | None:
-    if v is None or isinstance(v, bool):
-        return None if v is None else int(v)
-    if isinstance(v, int):
-        return v
-    try:
-        return int(v)
-    except (TypeError, ValueError):
-        try:
-            f = float(v)
-        except (TypeError, ValueError):
-            return None
-        return int(f) if f == f and abs(f) < 2**63 else None
-
-
-def _str_or_none(v: Any) -> str | None:
-    if v is None:
-        return None
-    return v if isinstance(v, str) else str(v)
+_to_int = to_int
+_str_or_none = str_or_none
 
 
 def _arg(e: _Event, name: str) -> Any:
@@ -603,9 +831,29 @@ class RankTables:
 
 
 def _times(events: list[_Event], base: int) -> tuple[np.ndarray, np.ndarray]:
-    start = _us_to_ns([e.ts for e in events]) + base
-    dur = _us_to_ns([e.dur for e in events])
-    return start, dur
+    """(start, duration) of ``events`` in int64 ns, start with ``base`` added."""
+    n = len(events)
+    try:  # both in one parse: each call has a fixed cost, and there are many small tables
+        both = _raw_us_to_ns([e.ts_raw for e in events] + [e.dur_raw for e in events])
+    except AttributeError:
+        return _us_to_ns([e.ts for e in events]) + base, _us_to_ns([e.dur for e in events])
+    return both[:n] + base, both[n:]
+
+
+def _ts_ns(events: list[Any]) -> np.ndarray:
+    """The events' ``ts`` in int64 ns (without any base)."""
+    try:
+        return _raw_us_to_ns([e.ts_raw for e in events])
+    except AttributeError:  # events of the other decoders hold values, not spans
+        return _us_to_ns([e.ts for e in events])
+
+
+def _dur_ns(events: list[Any]) -> np.ndarray:
+    """The events' ``dur`` in int64 ns."""
+    try:
+        return _raw_us_to_ns([e.dur_raw for e in events])
+    except AttributeError:
+        return _us_to_ns([e.dur for e in events])
 
 
 def _dev(e: _Event) -> Any:
@@ -622,20 +870,47 @@ _EMPTY_ARGS = _Args()
 _ARGS_LIST_DECODER = msgspec.json.Decoder(list[_Args | None], float_hook=str)
 
 
-def _decode_args_batch(events: list[_Event], *, store: bool = True) -> list[_Args]:
+class _ApiArgs(msgspec.Struct, gc=False):
+    """What the api table and the launch index read of a CUDA API call's ``args`` (its
+    15k-100k events are the most numerous kept ones: a small struct decodes faster)."""
+
+    correlation: Any = None
+    cbid: Any = None
+    ps: Any = None
+
+
+_API_ARGS_LIST_DECODER = msgspec.json.Decoder(list[_ApiArgs | None], float_hook=str)
+
+
+_ONLY_RAW = frozenset({msgspec.Raw})
+_NONE_TYPE = type(None)
+
+
+def _decode_args_batch(events: list[_Event], *, store: bool = True,
+                       decoder: msgspec.json.Decoder = _ARGS_LIST_DECODER) -> list[_Args]:
     """Decode the Raw ``args`` of ``events`` (in one call) and return every event's
     :class:`_Args` (an empty one where an event has none).  Decoded args are stored back on
     the events, so that none keeps pointing into the JSON text (``store`` is accepted for
     compatibility and ignored); events already decoded are left as they are."""
-    pending = [e for e in events if isinstance(e.args, msgspec.Raw)]
+    raws = [e.args for e in events]
+    if set(map(type, raws)) <= _ONLY_RAW:  # a chunk's events, none decoded yet
+        pending = events
+    else:
+        pending = [e for e in events if e.args.__class__ is msgspec.Raw]
+        raws = [e.args for e in pending]
     if pending:
-        raws = [e.args if e.args else b"null" for e in pending]
+        if not all(raws):
+            raws = [r or b"null" for r in raws]  # an event without args
         try:
-            decoded = _ARGS_LIST_DECODER.decode(b"[" + b",".join(raws) + b"]")
+            decoded = decoder.decode(b"[" + b",".join(raws) + b"]")
         except msgspec.ValidationError:
             decoded = [_decode_one(r) for r in raws]  # some event's args are not an object
+        if _NONE_TYPE in set(map(type, decoded)):  # an event with "args": null
+            decoded = [a if a is not None else _EMPTY_ARGS for a in decoded]
         for e, a in zip(pending, decoded):
-            e.args = a if a is not None else _EMPTY_ARGS
+            e.args = a
+        if pending is events:
+            return decoded  # type: ignore[no-any-return]
     return [e.args if e.args is not None else _EMPTY_ARGS for e in events]
 
 
@@ -654,10 +929,7 @@ def _ints(values: list[Any], fallback: list[Any] | None = None, type_: pa.DataTy
 
 
 def _strs(values: list[Any]) -> pa.Array:
-    try:
-        return pa.array(values, pa.string())
-    except (pa.ArrowInvalid, pa.ArrowTypeError):
-        return pa.array([_str_or_none(v) for v in values], pa.string())
+    return str_array(values)
 
 
 def _triples(values: list[Any]) -> tuple[pa.Array, pa.Array, pa.Array]:
@@ -666,7 +938,7 @@ def _triples(values: list[Any]) -> tuple[pa.Array, pa.Array, pa.Array]:
     try:
         arr = np.array(values, dtype=np.int64)
         if arr.shape == (n, 3):
-            return tuple(pa.array(arr[:, i], pa.int32()) for i in range(3))  # type: ignore[return-value]
+            return tuple(from_numpy(np.ascontiguousarray(arr[:, i]), pa.int32()) for i in range(3))  # type: ignore[return-value]
     except (ValueError, TypeError, OverflowError):
         pass
     return tuple(_int_col([_xyz(v, i) for v in values], pa.int32()) for i in range(3))  # type: ignore[return-value]
@@ -675,7 +947,7 @@ def _triples(values: list[Any]) -> tuple[pa.Array, pa.Array, pa.Array]:
 def _extras(args: list[_Args]) -> list[dict[str, Any]] | None:
     """The per-event ``args.ps`` dicts of perfscope's own exports, or None when no event has one."""
     ps = [a.ps for a in args]
-    if not any(p is not None for p in ps):
+    if ps.count(None) == len(ps):
         return None
     return [p if isinstance(p, dict) else {} for p in ps]
 
@@ -727,13 +999,27 @@ class _Classified:
                 bucket.append(e)
         kept: dict[str, list[_Event]] = {}
         for cat, kind in _CAT_KIND.items():
-            evs = [e for e in by_cat[cat] if e.ph == "X"] if kind != "metrics" else [e for e in by_cat[cat] if e.ph == "C"]
-            kept.setdefault(kind, []).extend(evs)
+            bucket = by_cat[cat]
+            ph = "C" if kind == "metrics" else "X"
+            # The typed decoders' classes say the phase: when every event of the bucket has
+            # it by its class (the usual case), no event needs looking at.
+            if bucket and not set(map(type, bucket)) <= _PHASE_TYPES[ph]:
+                bucket = [e for e in bucket if e.ph == ph]
+            kept.setdefault(kind, []).extend(bucket)
         cpu_ops = kept.pop("cpu_op")
-        # Most events of a trace; only record_param_comms and old-style steps matter.
-        kept["rpc"] = [e for e in cpu_ops if e.name == "record_param_comms"]
-        cpu_steps = [e for e in cpu_ops if isinstance(e.name, str) and e.name.startswith("ProfilerStep#") and _STEP_RE.match(e.name)]
+        # Most events of a trace; only record_param_comms and old-style steps matter.  One
+        # search of all the names tells whether any can be there; if so, one cheap test per
+        # op (a prefix), then the exact ones on the few left.
+        try:
+            names = "\n".join(map(_NAME, cpu_ops))
+            maybe_special = any(p in names for p in _CPU_OP_PREFIXES)
+        except TypeError:  # a name that is not text (loose decoders only)
+            maybe_special = True
+        special = ([e for e in cpu_ops if e.name.__class__ is str and e.name.startswith(_CPU_OP_PREFIXES)]
+                   if maybe_special else [])
         del cpu_ops
+        kept["rpc"] = [e for e in special if e.name == "record_param_comms"]
+        cpu_steps = [e for e in special if _STEP_RE.match(e.name)]
         annotations = kept.pop("annotations")
         # user_annotation: steps (ProfilerStep#N, or marked by our exporter), record_param_comms
         # (some PyTorch versions), everything else a marker.
@@ -754,10 +1040,14 @@ class _Classified:
         self.steps.extend((int(e.name[13:]), e) for e in cpu_steps)
         for kind, evs in kept.items():
             if evs:
-                _decode_args_batch(evs)
+                _decode_args_batch(evs, decoder=_API_ARGS_LIST_DECODER if kind == "api" else _ARGS_LIST_DECODER)
                 getattr(self, kind).extend(evs)
 
 
+_CPU_OP_PREFIXES = ("record_param_comms", "ProfilerStep#")
+_NAME = attrgetter("name")
+#: phase -> the set of classes of a bucket whose events all have that phase by their class.
+_PHASE_TYPES = {"X": frozenset({_XR, _XRF, _XF, _X}), "C": frozenset({_CR, _CRF, _CF})}
 _CAT_KIND = {
     "cpu_op": "cpu_op", "cuda_runtime": "api", "cuda_driver": "api", "kernel": "kernels",
     "user_annotation": "annotations", "gpu_memcpy": "memcpy", "gpu_memset": "memset", "cuda_sync": "sync",
@@ -771,7 +1061,7 @@ class _Launch(NamedTuple):
 
     pid: Any
     tid: Any
-    ts: Any
+    ts_ns: int  # start, ns without the trace's base
     ps: Any
 
 
@@ -784,6 +1074,18 @@ class _LaunchIndex:
     def get(self, correlation: Any) -> _Launch | None:
         t = self.table.get(correlation) if isinstance(correlation, int) else None
         return _Launch(*t) if t is not None else None
+
+
+def _detach(*groups: list[Any]) -> None:
+    """Give the raw timestamps of these (few) events their own copy of the bytes."""
+    for events in groups:
+        for e in events:
+            if e.__class__ in (_XR, _CR):
+                e.ts_raw, e.dur_raw = e.ts_raw.copy(), e.dur_raw.copy()
+
+
+_CORRELATION, _PS, _PID, _TID = attrgetter("correlation"), attrgetter("ps"), attrgetter("pid"), attrgetter("tid")
+_ARGS = attrgetter("args")
 
 
 class _RankBuilder:
@@ -801,8 +1103,9 @@ class _RankBuilder:
         self.pid_map = pid_map
         self.device_map = device_map
         self.parts: dict[str, list[dict[str, Any]]] = {}
-        # correlation -> (pid, tid, ts, ps): plain tuples, cheap for 10^5 launches.
-        self.launches: dict[int, tuple[Any, Any, Any, Any]] = {}
+        # Per chunk, the api calls' (args, pids, tids, starts in ns without base): the launch
+        # index is built from them only when a sync event or an NCCL kernel needs it.
+        self.api_parts: list[tuple[list[Any], list[Any], list[Any], np.ndarray]] = []
         self.sync: list[_Event] = []
         self.nccl: list[_Event] = []
         self.rpc: list[_Event] = []
@@ -815,12 +1118,27 @@ class _RankBuilder:
         else:
             c = _Classified()
             c.add(events)
-        self.launches.update((e.args.correlation, (e.pid, e.tid, e.ts, e.args.ps)) for e in c.api)
+        n_nccl = len(self.nccl)
         self.sync.extend(c.sync)
         self.rpc.extend(c.rpc)
         self.colls.extend(c.colls)
-        self.nccl.extend(e for e in c.kernels if isinstance(e.name, str) and is_nccl_kernel(e.name))
-        for name, cols in _basic_tables(c, self.base_ns, self.pid_map, self.device_map).items():
+        names = [e.name for e in c.kernels]
+        try:  # most traces have no NCCL kernel: one search of all the names says so
+            maybe_nccl = "nccl" in "\n".join(names).lower()
+        except TypeError:
+            maybe_nccl = True
+        if maybe_nccl:
+            self.nccl.extend(e for e in c.kernels if isinstance(e.name, str) and is_nccl_kernel(e.name))
+        # Events kept past this chunk must not pin its text through their raw timestamps.
+        _detach(c.sync, c.rpc, c.colls, self.nccl[n_nccl:])
+        tables = _basic_tables(c, self.base_ns, self.pid_map, self.device_map)
+        if c.api:
+            # Launch start in ns (no base) from the api column: nothing here points into the
+            # chunk's text (decoded args, pids and tids are objects of their own).
+            api = c.api
+            self.api_parts.append((list(map(_ARGS, api)), list(map(_PID, api)), list(map(_TID, api)),
+                                   tables["api"]["start_ns"]))
+        for name, cols in tables.items():
             self.parts.setdefault(name, []).append(cols)
 
     def finish(self) -> RankTables:
@@ -828,7 +1146,7 @@ class _RankBuilder:
         out = {name: _concat_columns(pieces) for name, pieces in self.parts.items()}
         self.parts.clear()
         warnings: list[str] = []
-        launches = _LaunchIndex(self.launches)
+        launches = _LaunchIndex(self._launch_table() if self.sync or (self.nccl and not self.colls) else {})
         if self.sync:
             out["sync"] = _sync_table(self.sync, launches, self.base_ns)
         if self.colls:
@@ -837,6 +1155,17 @@ class _RankBuilder:
         elif self.nccl:
             out["collectives"] = _collectives_from_kernels(self.nccl, self.rpc, launches, self.base_ns, warnings)
         return _rank_tables(out, warnings)
+
+
+    def _launch_table(self) -> dict[Any, tuple[Any, Any, Any, Any]]:
+        """correlation -> (pid, tid, ts_ns without base, ps) of every API call (later
+        chunks win on a repeated correlation).  map/zip build the tuples without a
+        Python-level loop."""
+        table: dict[Any, tuple[Any, Any, Any, Any]] = {}
+        for args, pids, tids, start_ns in self.api_parts:
+            starts = (start_ns - self.base_ns).tolist()
+            table.update(zip(map(_CORRELATION, args), zip(pids, tids, starts, map(_PS, args))))
+        return table
 
 
 def _concat_columns(pieces: list[dict[str, Any]]) -> dict[str, Any]:
@@ -931,7 +1260,7 @@ def _basic_tables(c: _Classified, base_ns: int, pid_map: dict[Any, Any] | None,
             "bytes": _int_col([a.bytes for a in args]),
             "src_kind": _with_extra([p[1] for p in parsed], x, "src_kind"),
             "dst_kind": _with_extra([p[2] for p in parsed], x, "dst_kind"),
-            "pageable": pa.array(_with_extra([p[3] for p in parsed], x, "pageable"), pa.bool_()),
+            "pageable": bool_array(_with_extra([p[3] for p in parsed], x, "pageable")),
         }
     if memset:
         args = _decode_args_batch(memset, store=False)
@@ -999,10 +1328,10 @@ def _basic_tables(c: _Classified, base_ns: int, pid_map: dict[Any, Any] | None,
         # A counter's device is the GPU process it sits in (the export's pid map says which).
         devices = device_map or {}
         out["metrics"] = {
-            "ts_ns": _us_to_ns([e.ts for e in metrics]) + base_ns,
+            "ts_ns": _ts_ns(metrics) + base_ns,
             "device": _int_col([devices.get(e.pid, e.pid) for e in metrics], pa.int32()),
             "metric": _strs([e.name for e in metrics]),
-            "value": pa.array([_to_float(a.value) for a in args], pa.float64()),
+            "value": float_array([_to_float(a.value) for a in args]),
         }
 
     return out
@@ -1041,7 +1370,8 @@ def _rank_tables(out: dict[str, dict[str, Any]], warnings: list[str]) -> RankTab
     host_pid = None
     if host_pids is not None and len(host_pids.drop_null()):
         vc = host_pids.drop_null().value_counts()
-        host_pid = int(vc.field("values")[int(np.argmax(vc.field("counts").to_numpy()))].as_py())
+        counts = vc.field("counts").to_pylist()  # few; to_numpy() would import pandas
+        host_pid = int(vc.field("values")[counts.index(max(counts))].as_py())
     spans = [(t["start_ns"], t["dur_ns"]) for name, t in out.items() if name != "metrics"]
     started = min((int(s.min()) for s, _ in spans if len(s)), default=None)
     stopped = max((int((s + d).max()) for s, d in spans if len(s)), default=None)
@@ -1061,7 +1391,7 @@ def _collectives_from_export(colls: list[_Event], base_ns: int) -> dict[str, Any
     p = [e.args.ps if e.args is not None and isinstance(e.args.ps, dict) else {} for e in colls]
     enq = [x.get("enqueue_us") for x in p]
     enq_ns = [None if v is None else int(n) + base_ns for v, n in zip(enq, _us_to_ns([0 if v is None else v for v in enq]))]
-    cols: dict[str, Any] = {"start_ns": start, "dur_ns": dur, "enqueue_ns": pa.array(enq_ns, pa.int64())}
+    cols: dict[str, Any] = {"start_ns": start, "dur_ns": dur, "enqueue_ns": int_array(enq_ns)}
     ints = {"seq": pa.int64(), "count": pa.int64(), "bytes": pa.int64(), "root": pa.int32(), "peer": pa.int32(),
             "nranks": pa.int32(), "nchannels": pa.int32(), "nwarps": pa.int32(), "device": pa.int32(),
             "stream": pa.int64(), "correlation": pa.int64()}
@@ -1078,8 +1408,8 @@ def _collectives_from_kernels(
     """One row per NCCL kernel, with record_param_comms arguments where they can be linked."""
     by_ext = {e.args.external_id: e for e in rpc if e.args is not None and isinstance(e.args.external_id, int)}
     # Per thread: rpc ops sorted by start, to find the innermost one around a launch.
-    rpc_ts = _us_to_ns([e.ts for e in rpc]) if rpc else np.zeros(0, np.int64)
-    rpc_dur = _us_to_ns([e.dur for e in rpc]) if rpc else np.zeros(0, np.int64)
+    rpc_ts = _ts_ns(rpc) if rpc else np.zeros(0, np.int64)
+    rpc_dur = _dur_ns(rpc) if rpc else np.zeros(0, np.int64)
     by_thread: dict[tuple[Any, Any], list[tuple[int, int, _Event]]] = {}
     for e, t0, d in zip(rpc, rpc_ts.tolist(), rpc_dur.tolist()):
         by_thread.setdefault((e.pid, e.tid), []).append((t0, t0 + d, e))
@@ -1088,7 +1418,7 @@ def _collectives_from_kernels(
     starts_by_thread = {k: [x[0] for x in v] for k, v in by_thread.items()}
 
     launches = [api_by_corr.get(_arg(k, "correlation")) for k in nccl]
-    launch_ts = _us_to_ns([a.ts if a is not None else 0 for a in launches])
+    launch_ts = np.array([a.ts_ns if a is not None else 0 for a in launches], dtype=np.int64)
 
     rows: dict[str, list[Any]] = {k: [] for k in (
         "enqueue_ns", "comm_id", "seq", "func", "count", "datatype", "bytes", "nranks",
@@ -1144,7 +1474,7 @@ def _collectives_from_kernels(
     start, dur = _times(nccl, base_ns)
     return {
         "start_ns": start, "dur_ns": dur,
-        "enqueue_ns": pa.array(rows["enqueue_ns"], pa.int64()),
+        "enqueue_ns": int_array(rows["enqueue_ns"]),
         "comm_id": rows["comm_id"], "seq": _int_col(rows["seq"]), "func": rows["func"],
         "count": _int_col(rows["count"]), "datatype": rows["datatype"], "bytes": _int_col(rows["bytes"]),
         "nranks": _int_col(rows["nranks"], pa.int32()), "algorithm": rows["algorithm"],
@@ -1259,10 +1589,16 @@ def import_kineto(
     tmp = out.parent / f".{out.name}.importing-{os.getpid()}"
     if tmp.exists():
         shutil.rmtree(tmp)
+    # The import makes ~10^5 objects, none of them in a reference cycle: the cyclic
+    # collector would only walk them (and every module's objects) again and again.
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
     try:
         # Ranks are known only after decoding, and decoding every file first would hold all
         # of them in memory: decode one at a time, write its rank, then drop it.
-        create_run(tmp, source="import:kineto", collectors=["kineto"], command=[])
+        # Only run.json's last write is fsynced: everything here is in a hidden folder
+        # that is renamed into place at the end or removed (Parquet parts never are).
+        create_run(tmp, source="import:kineto", collectors=["kineto"], command=[], durable=False)
         seen: dict[int, Path] = {}
         world_sizes: list[int] = []
         next_guess = 0
@@ -1316,7 +1652,7 @@ def import_kineto(
             del data
             for r, _, props, dist, _ in groups:
                 rt = builders.pop(r).finish()
-                written = write_rank_tables(tmp, r, rt.tables)
+                written = write_rank_tables(tmp, r, _arrow_tables(rt.tables))
                 result.rows[r] = {name: int(written.get(name, 0)) for name in rt.tables}
                 result.warnings.extend(f"rank {r}: {w}" for w in rt.warnings)
                 gpu, all_props = _gpu_info(props, rt.devices)
@@ -1339,7 +1675,7 @@ def import_kineto(
                     "distributed_info": dist if isinstance(dist, dict) else None,
                     "base_time_ns": base,
                 }
-                write_rank_meta(tmp, r, info)
+                write_rank_meta(tmp, r, info, durable=False)
             del trace, groups
             done += size
         if guessed:
@@ -1359,7 +1695,23 @@ def import_kineto(
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    finally:
+        if gc_was_enabled:
+            gc.enable()
     return result
+
+
+def _arrow_tables(tables: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The built tables with every list and numpy column made an Arrow array of its
+    declared type here (see :mod:`perfscope.store.arrays`: the writer's ``pa.array``
+    would import pandas)."""
+    from perfscope.store.schema import table as table_decl
+
+    out: dict[str, dict[str, Any]] = {}
+    for name, cols in tables.items():
+        decl = table_decl(name)
+        out[name] = {c: column(v, decl.column(c).type) if c in decl.column_names else v for c, v in cols.items()}
+    return out
 
 
 def _export_ranks(trace: _Trace) -> list[dict[str, Any]] | None:

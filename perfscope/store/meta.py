@@ -34,23 +34,24 @@ RANKS_DIR = "ranks"
 
 
 def perfscope_version() -> str:
-    """Return the installed perfscope version, or ``0+unknown`` from a bare checkout."""
-    from importlib.metadata import PackageNotFoundError, version
+    """Return perfscope's version (``perfscope.__version__``, what ``perfscope --version``
+    prints).  Not ``importlib.metadata``: importing it costs about 10 ms per process."""
+    from perfscope import __version__
 
-    try:
-        return version("perfscope")
-    except PackageNotFoundError:
-        return "0+unknown"
+    return __version__
 
 
-def atomic_write_json(path: Path, obj: Any) -> None:
-    """Write ``obj`` as JSON to ``path`` through a temporary file and a rename."""
+def atomic_write_json(path: Path, obj: Any, *, durable: bool = True) -> None:
+    """Write ``obj`` as JSON to ``path`` through a temporary file and a rename (fsynced
+    before the rename unless ``durable`` is false: for files in a folder that is itself
+    renamed into place later, like an import's)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     with open(tmp, "w", encoding="utf-8") as f:
         json.dump(obj, f, indent=1, sort_keys=False, default=str)
-        f.flush()
-        os.fsync(f.fileno())
+        if durable:
+            f.flush()
+            os.fsync(f.fileno())
     os.replace(tmp, path)
 
 
@@ -80,11 +81,13 @@ def create_run(
     environment: dict[str, Any] | None = None,
     collectors: list[str] | None = None,
     overwrite: bool = False,
+    durable: bool = True,
 ) -> dict[str, Any]:
     """Create a run directory with its ``run.json`` and return the metadata written.
 
     If ``run.json`` exists with the same ``run_id`` (another rank of the same job created it)
-    the existing metadata is returned unchanged.
+    the existing metadata is returned unchanged.  ``durable=False`` skips the fsync (see
+    :func:`atomic_write_json`).
 
     Raises:
         RunExistsError: the directory already holds a different run or other files and
@@ -119,7 +122,7 @@ def create_run(
         "collectors": list(collectors or []),
         "notes": [],
     }
-    atomic_write_json(existing, meta)
+    atomic_write_json(existing, meta, durable=durable)
     return meta
 
 
@@ -151,10 +154,11 @@ def rank_meta_path(path: str | os.PathLike[str], rank: int) -> Path:
     return Path(path) / RANKS_DIR / f"rank-{int(rank)}.json"
 
 
-def write_rank_meta(path: str | os.PathLike[str], rank: int, info: dict[str, Any]) -> None:
-    """Write rank ``rank``'s metadata file (replacing it atomically)."""
+def write_rank_meta(path: str | os.PathLike[str], rank: int, info: dict[str, Any], *, durable: bool = True) -> None:
+    """Write rank ``rank``'s metadata file (replacing it atomically; see
+    :func:`atomic_write_json` for ``durable``)."""
     data = {"rank": int(rank), "host": socket.gethostname(), "pid": os.getpid(), **info}
-    atomic_write_json(rank_meta_path(path, rank), data)
+    atomic_write_json(rank_meta_path(path, rank), data, durable=durable)
 
 
 def load_meta(path: str | os.PathLike[str]) -> dict[str, Any]:

@@ -12,15 +12,17 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from perfscope.errors import CorruptRunError, UsageError
 from perfscope.store.meta import load_meta
 from perfscope.store.schema import TABLES, Table, table as table_decl
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 _RANK_DIR = re.compile(r"^rank=(-?\d+)$")
 
@@ -137,6 +139,8 @@ def _read_part(decl: Table, path: Path, columns: list[str]) -> pa.Table:
 
 
 def _to_pandas(tbl: pa.Table, decl: Table) -> pd.DataFrame:
+    import pandas as pd  # here, not at the top: writing a run (an import) never needs it
+
     dict_cols = set(decl.dictionary_columns)
     arrays: dict[str, Any] = {}
     for name in tbl.column_names:

@@ -10,21 +10,27 @@ flush.  Memory is bounded by ``flush_bytes`` per table whatever the run's length
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Union
 
-import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from perfscope.errors import UsageError
 from perfscope.store import meta as run_meta
+from perfscope.store.arrays import column as arrow_column
 from perfscope.store.schema import Table, table as table_decl
 
-Batch = pa.Table | pa.RecordBatch | pd.DataFrame | Mapping[str, Sequence[Any]]
+if TYPE_CHECKING:
+    import pandas as pd
+
+# pandas is not imported here (45 MB and ~0.2 s): a batch can only be a DataFrame if the
+# caller imported pandas, so the DataFrame checks look it up in sys.modules.
+Batch = Union[pa.Table, pa.RecordBatch, "pd.DataFrame", Mapping[str, Sequence[Any]]]
 
 
 def to_arrow(decl: Table, data: Batch) -> pa.Table:
@@ -36,7 +42,8 @@ def to_arrow(decl: Table, data: Batch) -> pa.Table:
     """
     if isinstance(data, pa.RecordBatch):
         data = pa.Table.from_batches([data])
-    if isinstance(data, pd.DataFrame):
+    pd = sys.modules.get("pandas")
+    if pd is not None and isinstance(data, pd.DataFrame):
         names = list(data.columns)
         n = len(data)
         get = lambda c: data[c]  # noqa: E731
@@ -55,12 +62,14 @@ def to_arrow(decl: Table, data: Batch) -> pa.Table:
     for col in decl.columns:
         if col.name in names:
             values = get(col.name)
-            if isinstance(values, pd.Series):
+            if pd is not None and isinstance(values, pd.Series):
                 arr = pa.Array.from_pandas(values, type=col.type)
             elif isinstance(values, (pa.Array, pa.ChunkedArray)):
                 arr = values if values.type == col.type else values.cast(col.type)
             else:
-                arr = pa.array(values, type=col.type)
+                # Not pa.array: on a list it imports pandas, which a recorder flushing at
+                # interpreter exit cannot do (and an import never needs).
+                arr = arrow_column(values, col.type)
         else:
             arr = pa.nulls(n, type=col.type)
         arrays.append(arr)

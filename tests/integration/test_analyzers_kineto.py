@@ -63,9 +63,10 @@ def test_gpu_summary_agrees_with_hta(runs: dict[str, Path], name: str, rank: int
         pytest.skip(f"{name} not in the shared traces")
     g = analyze_run(open_run(runs[name])).gpu_summary.set_index("rank").loc[rank]
     idle, compute, non_compute = HTA_050[(name, rank)]
-    assert g["idle_ns"] / 1e3 == pytest.approx(idle, rel=0.01)
-    assert g["compute_ns"] / 1e3 == pytest.approx(compute, rel=0.01)
-    assert g["non_compute_ns"] / 1e3 == pytest.approx(non_compute, rel=0.01)
+    # The issue asks for 1 %; we reproduce HTA's rounding, so hold it to the microsecond.
+    assert g["idle_ns"] / 1e3 == pytest.approx(idle, abs=1)
+    assert g["compute_ns"] / 1e3 == pytest.approx(compute, abs=1)
+    assert g["non_compute_ns"] / 1e3 == pytest.approx(non_compute, abs=1)
 
 
 def test_nccl_kernels_become_network_time(runs: dict[str, Path]) -> None:

@@ -97,3 +97,27 @@ def test_buckets_partition_every_instant_by_priority(layers, cuts) -> None:
         comm_only = oracle(t, {**{k: (np.zeros(0, np.int64),) * 2 for k in LAYERS}, "comm": layers["comm"]}) == "network"
         waiting = oracle(t, {**{k: (np.zeros(0, np.int64),) * 2 for k in LAYERS}, "comm_wait": layers["comm_wait"]}) == "sync"
         assert ((lab == "network") == (comm_only & ~comp & ~waiting)).all()  # exposed comm is network
+
+
+@settings(max_examples=150, deadline=None)
+@given(layers=st.fixed_dictionaries({name: intervals for name in LAYERS}),
+       windows=st.lists(st.tuples(st.integers(0, 320), st.integers(0, 80)), min_size=1, max_size=5))
+def test_overlapping_windows_and_extra_columns_match_the_oracle(layers, windows) -> None:
+    # GIVEN windows that may overlap or nest (the sweep sums pieces between window bounds)
+    w = pd.DataFrame({"step": range(len(windows)), "start_ns": [a for a, _ in windows],
+                      "end_ns": [a + d for a, d in windows]})
+    # WHEN it is broken down
+    out = breakdown_rank(w, layers)
+    # THEN every column equals a count of integer instants, checked interval by interval
+    on = {name: (lambda s, e: lambda t: ((s[None, :] <= t[:, None]) & (t[:, None] < e[None, :])).any(axis=1))(*layers[name])
+          for name in LAYERS}
+    for _, row in out.iterrows():
+        t = np.arange(row["start_ns"], row["end_ns"], dtype=np.int64)
+        lab = oracle(t, layers)
+        for b, col in zip(BUCKETS, BUCKET_COLUMNS):
+            assert row[col] == int((lab == b).sum()), (b, row.to_dict())
+        comp, comm, pcie, wait = (on[k](t) for k in ("compute", "comm", "pcie", "comm_wait"))
+        assert row["hidden_network_ns"] == int((comm & comp).sum())
+        assert row["hidden_pcie_ns"] == int((pcie & (lab != "pcie")).sum())
+        assert row["collective_wait_ns"] == int((wait & ~comp).sum())
+        assert row["gpu_idle_ns"] == int((~(comp | comm | pcie)).sum())

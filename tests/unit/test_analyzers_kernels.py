@@ -31,3 +31,19 @@ def test_launch_stats_and_launch_bound() -> None:
     k2 = k.assign(dur_ns=9_000)
     gpu2 = gpu.assign(end_ns=gpu["start_ns"] + 9_000)
     assert not bool(launch_stats(k2, api, gpu2, LaunchThresholds()).iloc[0]["launch_bound"])
+
+
+def test_top_kernels_one_rank_fast_path_equals_the_lexsort() -> None:
+    # GIVEN one rank's kernels with ties in duration and a name whose launches differ in kind
+    rng = np.random.default_rng(7)
+    for _ in range(50):
+        n = int(rng.integers(1, 200))
+        names = pd.Categorical(rng.choice(["gemm", "relu", "nccl", "copy"], n), categories=["gemm", "relu", "nccl", "copy"])
+        kinds = rng.choice(["compute", "communication"], n).astype(object)
+        one = pd.DataFrame({"rank": np.full(n, 3), "name": names, "dur_ns": rng.integers(0, 4, n)})
+        # WHEN it is aggregated alone (packed sort) and beside another rank (lexsort)
+        fast = top_kernels(one, kinds, top_n=None)
+        other = pd.DataFrame({"rank": [9], "name": pd.Categorical(["gemm"], categories=names.categories), "dur_ns": [1]})
+        both = top_kernels(pd.concat([one, other], ignore_index=True), np.append(kinds, "compute"), top_n=None)
+        # THEN the rank's rows are identical, kinds included
+        pd.testing.assert_frame_equal(fast, both[both["rank"] == 3].reset_index(drop=True), check_exact=True)
