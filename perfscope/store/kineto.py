@@ -20,12 +20,13 @@ Decisions worth knowing:
 
 * **Timestamps are exact.**  Kineto writes ``ts``/``dur`` as microseconds with three
   decimals (``1712195495519689.047``), relative to ``baseTimeNanoseconds`` when that key is
-  present; a float64 cannot hold an *epoch* microsecond value to the nanosecond.  The
-  whole-file decoder keeps each timestamp as a raw span of the text, and each table's spans
-  are parsed in one call as ``decimal128(38, 3)`` (whose stored integer *is* the
-  nanoseconds).  The chunked decoder (big files) uses floats where they are exact (below
-  2**43 µs) and the same raw spans otherwise.  Values the decimal parse refuses (more than
-  three decimals, text) go through 64-bit-mantissa arithmetic, exact up to ~10^16 µs.
+  present; a float64 cannot hold an *epoch* microsecond value to the nanosecond.  For
+  epoch traces the whole-file decoder keeps each timestamp as a raw span of the text, and
+  each table's spans are parsed in one call as ``decimal128(38, 3)`` (whose stored integer
+  *is* the nanoseconds).  Relative traces, and chunks of big files, use floats where they
+  are exact (below 2**43 µs, checked by the decoder) and the same raw spans otherwise.
+  Values the decimal parse refuses (more than three decimals, text) go through
+  64-bit-mantissa arithmetic, exact up to ~10^16 µs.
 * **Decoding is typed, and only what a table needs is built.**  msgspec decodes events
   into small Structs tagged by their phase: complete (``X``) and counter (``C``) events
   get the fields used here, flows, metadata and the other phases become empty structs.

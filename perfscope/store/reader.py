@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -114,7 +115,8 @@ class Run:
 
 
 def _with_rank(tbl: pa.Table, rank: int) -> pa.Table:
-    return tbl.append_column("rank", pa.array([rank] * tbl.num_rows, pa.int64()))
+    # From a numpy buffer: a Python list of n ints costs ~80 ms per 4M rows.
+    return tbl.append_column("rank", pa.array(np.full(tbl.num_rows, rank, dtype=np.int64)))
 
 
 def _parquet_file(path: Path) -> pq.ParquetFile:
