@@ -3,7 +3,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m pip install -q torch==2.13.0
-python3 -m pip install -q -e ".[test]"
+python3 -m pip install -q -c scripts/ci-constraints.txt -e ".[test]"
 # Headless Chromium for the dashboard's browser test (tests marked `browser`); CI runs as root.
 if [ ! -x /usr/bin/chromium ]; then
     { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } \

@@ -50,6 +50,9 @@ def server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 @pytest.fixture(scope="module")
 def browser() -> Iterator[object]:
     if not Path(CHROMIUM).exists() and shutil.which("chromium") is None:
+        if os.environ.get("CI"):
+            # CI installs it (scripts/setup-test-env.sh): a silent skip there would hide a broken setup.
+            pytest.fail(f"no Chromium at {CHROMIUM} in CI; scripts/setup-test-env.sh should have installed it")
         pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install -y chromium)")
     sync_api = pytest.importorskip("playwright.sync_api")
     with sync_api.sync_playwright() as pw:
