@@ -21,6 +21,8 @@ import re
 import numpy as np
 import pandas as pd
 
+from perfscope.store.names import COLLECTIVE_ALIASES
+
 COMPUTE, COMMUNICATION, MEMORY = "compute", "communication", "memory"
 KINDS: tuple[str, ...] = (COMPUTE, COMMUNICATION, MEMORY)
 
@@ -158,16 +160,6 @@ def copy_is_pcie(copy_kind: pd.Series | np.ndarray) -> np.ndarray:
 
 # Collective function names as the collectives table writes them, from the names NCCL,
 # torch and Kineto use.
-_FUNC_ALIASES = {
-    "allreduce": "AllReduce", "all_reduce": "AllReduce",
-    "allgather": "AllGather", "all_gather": "AllGather", "_allgather_base": "AllGather",
-    "all_gather_into_tensor": "AllGather", "allgather_into_tensor_coalesced": "AllGather",
-    "reducescatter": "ReduceScatter", "reduce_scatter": "ReduceScatter",
-    "_reduce_scatter_base": "ReduceScatter", "reduce_scatter_tensor": "ReduceScatter",
-    "broadcast": "Broadcast", "reduce": "Reduce",
-    "alltoall": "AllToAll", "all_to_all": "AllToAll", "alltoall_base": "AllToAll", "all_to_all_single": "AllToAll",
-    "send": "Send", "recv": "Recv", "sendrecv": "SendRecv", "barrier": "Barrier",
-}
 
 
 def normalize_func(func: pd.Series | list[str]) -> pd.Series:
@@ -177,7 +169,7 @@ def normalize_func(func: pd.Series | list[str]) -> pd.Series:
 
     def norm(u: pd.Series) -> np.ndarray:
         key = u.str.replace(r"^(?:nccl|c10d|gloo)[:_]*", "", regex=True).str.lower()
-        mapped = key.map(lambda k: _FUNC_ALIASES.get(k))
+        mapped = key.map(lambda k: COLLECTIVE_ALIASES.get(k))
         return np.where(mapped.isna(), u.to_numpy(object), mapped.to_numpy(object))
 
     codes, u = codes_and_names(s)

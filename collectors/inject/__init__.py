@@ -203,6 +203,11 @@ class _SignalWatch:
             os.close(r)
             os.close(w)
             return
+        if hasattr(os, "register_at_fork"):
+            # A forked child (DataLoader worker, multiprocessing Pool) inherits the wakeup fd but
+            # not this thread: its signals would reach the parent's watcher, which would then
+            # kill the parent for a SIGTERM sent to the child.
+            os.register_at_fork(after_in_child=lambda: _forget_wakeup_fd(r, w))
         threading.Thread(target=self._run, args=(r,), name="perfscope-signals", daemon=True).start()
 
     def _run(self, fd: int) -> None:
@@ -237,6 +242,21 @@ class _SignalWatch:
             else:
                 self.prof.flush()
         except Exception:  # noqa: BLE001
+            pass
+
+
+def _forget_wakeup_fd(r: int, w: int) -> None:
+    """In a forked child: stop writing signal numbers into the parent's watcher pipe."""
+    try:
+        old = signal.set_wakeup_fd(-1)
+        if old not in (-1, w):
+            signal.set_wakeup_fd(old)  # the program's own (set after ours): keep it
+    except (ValueError, OSError):
+        pass
+    for fd in (r, w):
+        try:
+            os.close(fd)
+        except OSError:
             pass
 
 

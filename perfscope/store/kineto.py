@@ -74,6 +74,7 @@ import pyarrow.compute as pc  # casts and encodings below; imported here, not on
 
 from perfscope.errors import InputError, PerfscopeError, RunExistsError, UsageError
 from perfscope.store.arrays import bool_array, column, float_array, from_numpy, int_array, str_array, str_or_none, to_int
+from perfscope.store.names import normalize_collective
 
 try:  # ISA-L's inflate is 2-3x faster than zlib's (same output); zlib when it is missing
     from isal import igzip_lib as _isal
@@ -735,27 +736,6 @@ def parse_sync_kind(kind_arg: Any, name: Any) -> str:
     return "unknown"
 
 
-_COLL_NAMES = {
-    "allreduce": "AllReduce", "allreduce_coalesced": "AllReduce",
-    "allgather": "AllGather", "_allgather_base": "AllGather", "allgather_base": "AllGather",
-    "allgather_into_tensor_coalesced": "AllGather", "allgather_coalesced": "AllGather",
-    "all_gather_into_tensor": "AllGather", "allgather_into_tensor": "AllGather",
-    "reducescatter": "ReduceScatter", "_reduce_scatter_base": "ReduceScatter",
-    "reduce_scatter_base": "ReduceScatter", "reduce_scatter_tensor": "ReduceScatter",
-    "reduce_scatter_tensor_coalesced": "ReduceScatter", "reduce_scatter": "ReduceScatter",
-    "broadcast": "Broadcast", "reduce": "Reduce", "alltoall": "AllToAll",
-    "alltoall_base": "AllToAll", "all_to_all": "AllToAll", "all_to_all_single": "AllToAll",
-    "send": "Send", "recv": "Recv", "recvanysource": "Recv", "barrier": "Barrier",
-    "gather": "Gather", "scatter": "Scatter", "sendrecv": "SendRecv",
-}
-
-
-def normalize_collective(name: Any) -> str | None:
-    """``"allreduce"``/``"all_reduce"`` -> ``AllReduce`` etc.; unknown names pass through."""
-    if not isinstance(name, str) or not name:
-        return None
-    key = name.strip().lower().removeprefix("nccl:").removeprefix("c10d::").rstrip("_")
-    return _COLL_NAMES.get(key) or _COLL_NAMES.get(key.replace("_", "")) or name
 
 
 _ALGOS = ("COLLNET_DIRECT", "COLLNET_CHAIN", "NVLS_TREE", "NVLS", "RING", "TREE", "PAT")
