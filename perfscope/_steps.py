@@ -50,10 +50,13 @@ class Schedule:
         """
         if value is None or isinstance(value, Schedule):
             return value
-        if isinstance(value, dict):
-            return cls(**value)
-        if isinstance(value, (tuple, list)) and len(value) == 2:
-            return cls(int(value[0]), None if value[1] is None else int(value[1]))
+        try:
+            if isinstance(value, dict):
+                return cls(**value)
+            if isinstance(value, (tuple, list)) and len(value) == 2:
+                return cls(int(value[0]), None if value[1] is None else int(value[1]))
+        except (TypeError, ValueError):
+            pass  # unknown keys or non-numbers: the message below says what is accepted
         raise UsageError(
             f"schedule must be perfscope.Schedule(skip=N, record=M), a (skip, record) pair or None, not {value!r}"
         )

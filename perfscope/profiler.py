@@ -333,6 +333,8 @@ class Profiler:
         self._started_ns = time.time_ns()
         if self.path is None:
             self.path = Path(_default_path())
+        # Absolute now: the program may chdir (Hydra does) while the flusher keeps writing.
+        self.path = Path(os.path.abspath(self.path))
         self._join_or_create_run()
         self._writer = RankWriter(self.path, self.rank, flush_interval_s=self.options.flush_interval_s)
         self._spans = HostSpans()
@@ -365,15 +367,9 @@ class Profiler:
         if world > 1 and self.run_id is None:
             # Every rank must name the same run: derive the id from what the launcher gives
             # all of them and nothing else: the rendezvous id (a fresh uuid with
-            # --standalone, the job's --rdzv-id across nodes), else the torchrun agent's
-            # pid (one node), plus the job and the path.
-            rdzv = os.environ.get("TORCHELASTIC_RUN_ID", "")
-            key = "|".join([
-                rdzv if rdzv not in ("", "none") else f"agent-{os.getppid()}",
-                os.environ.get("SLURM_JOB_ID", ""), os.environ.get("MASTER_ADDR", ""),
-                os.environ.get("MASTER_PORT", ""), str(Path(self.path).resolve()),
-            ])
-            self.run_id = hashlib.sha1(key.encode()).hexdigest()[:32]
+            # --standalone, the job's --rdzv-id across nodes), else Slurm's or MPI's job id,
+            # else the parent's pid (one node), plus the job and the path.
+            self.run_id = _job_run_id(self.path)
         if world > 1 and self.rank != 0:
             self._wait_for_run(self.run_id)
             return
@@ -551,8 +547,10 @@ class Profiler:
         if "NVTX_INJECTION64_PATH" not in os.environ:
             # NVTX reads this on its first call; set it before that so annotate() ranges reach CUPTI.
             try:
-                for k, v in mod.nvtx_injection_env().items():
-                    os.environ.setdefault(k, v)
+                added = [k for k, v in mod.nvtx_injection_env().items() if os.environ.setdefault(k, v) == v]
+                if added:
+                    # Child processes started after stop() must not load CUPTI as their NVTX injection.
+                    self._undo.append(("NVTX injection variable", lambda: [os.environ.pop(k, None) for k in added]))
             except Exception:  # noqa: BLE001 - markers still land through perfscope's own rows
                 pass
         try:
@@ -725,7 +723,10 @@ class Profiler:
         self.warnings.append(message)
         if not self._injected:
             # The launcher prints the warnings of every rank once at the end; in-process, warn now.
-            warnings.warn(message, PerfscopeWarning, stacklevel=_user_stacklevel())
+            try:
+                warnings.warn(message, PerfscopeWarning, stacklevel=_user_stacklevel())
+            except Exception:  # noqa: BLE001 - `-W error`: this may run inside opt.step(), an import or the flusher
+                pass
 
     def _write_rank_meta(self, status: str, *, reason: str | None = None, final: bool = False) -> None:
         from perfscope._rankinfo import versions
@@ -771,6 +772,23 @@ class Profiler:
             return
         write_rank_meta(self.path, self.rank, info)
         self._last_meta = info
+
+
+def _job_run_id(path: str | os.PathLike[str]) -> str:
+    """The run id every rank of this job derives alike (see _join_or_create_run)."""
+    rdzv = os.environ.get("TORCHELASTIC_RUN_ID", "")
+    if rdzv not in ("", "none"):
+        job = rdzv
+    else:
+        # srun and mpirun start the ranks of each node from a different parent, so the
+        # parent's pid names the job only on one node: prefer the launcher's job id.
+        ids = [os.environ.get(v, "") for v in ("SLURM_JOB_ID", "SLURM_STEP_ID", "PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid")]
+        job = "job-" + "/".join(ids) if any(ids) else f"agent-{os.getppid()}"
+    key = "|".join([
+        job, os.environ.get("SLURM_JOB_ID", ""), os.environ.get("MASTER_ADDR", ""),
+        os.environ.get("MASTER_PORT", ""), str(Path(path).resolve()),
+    ])
+    return hashlib.sha1(key.encode()).hexdigest()[:32]
 
 
 def _user_stacklevel() -> int:

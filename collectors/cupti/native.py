@@ -18,7 +18,8 @@ from perfscope.errors import CuptiUnavailableError
 
 #: names of ps_stats() values after the two per-kind blocks
 STAT_NAMES = ("dropped_cupti", "dropped_sink", "api_filtered", "buffers", "buffers_refused",
-              "valid_bytes", "callback_ns", "callback_ns_max", "outstanding_buffers", "strings")
+              "valid_bytes", "callback_ns", "callback_ns_max", "outstanding_buffers", "strings",
+              "strings_dropped")
 MAX_KIND = 64
 
 _lib: ctypes.CDLL | None = None
@@ -88,6 +89,8 @@ def load() -> ctypes.CDLL:
         "ps_stats": (ctypes.c_int, [u64p, ctypes.c_int]),
         "ps_reset": (None, []),
         "ps_feed_plain": (None, [u8p, ctypes.c_size_t]),
+        "ps_test_request": (None, [ctypes.POINTER(u8p), ctypes.POINTER(ctypes.c_size_t)]),
+        "ps_test_complete": (None, [u8p, ctypes.c_size_t, ctypes.c_size_t]),
     }
     for name, (res, args) in sigs.items():
         fn = getattr(lib, name)

@@ -76,7 +76,9 @@ static size_t g_bucket_limit = (size_t)1 << 30; /* all buckets together, bytes *
 static size_t g_bucket_bytes = 0;
 static char g_error[512];
 
-/* free list of CUPTI buffers (reused instead of malloc/free per buffer) */
+/* free list of CUPTI buffers (reused instead of malloc/free per buffer); every pooled
+ * buffer is g_buf_size bytes: ps_set_limits() empties the pool when that size changes and
+ * buffer_completed() pools only buffers of the current size. */
 #define PS_POOL 16
 static uint8_t *g_pool[PS_POOL];
 static int g_pool_n = 0;
@@ -88,6 +90,7 @@ static uint64_t *g_slot_hash = NULL; /* 0 = empty */
 static uint32_t *g_slot_id = NULL;
 static size_t *g_str_off = NULL;  /* id -> offset in g_blob */
 static size_t g_nstr = 0, g_str_cap = 0, g_slots = 0;
+static uint64_t g_strings_dropped = 0; /* strings not interned: the table reached its limit */
 
 static uint64_t now_ns(void) {
     struct timespec ts;
@@ -144,6 +147,9 @@ static uint64_t intern(const char *s) {
         }
         j = (j + 1) & (g_slots - 1);
     }
+    /* Bounded like the buckets: unique names (NVTX ranges with a step or sequence number in
+     * them) would otherwise grow the table for as long as the process runs. */
+    if (g_blob_len + len + 1 > g_bucket_limit) { g_strings_dropped++; return 0; }
     if (grow((void **)&g_blob, &g_blob_cap, g_blob_len + len + 1, 1) != 0) return 0;
     if (grow((void **)&g_str_off, &g_str_cap, g_nstr + 1, sizeof *g_str_off) != 0) return 0;
     memcpy(g_blob + g_blob_len, s, len + 1);
@@ -199,6 +205,10 @@ static CUptiResult walk_plain(uint8_t *buf, size_t valid, void **rec) {
         p += (g_bucket[kind].rec_size + 7) & ~(size_t)7;
     }
     if ((size_t)(p - buf) + 4 > valid) return 1;
+    int32_t kind;
+    memcpy(&kind, p, sizeof kind);
+    /* the whole record must lie inside the buffer: keep_record copies rec_size bytes */
+    if (kind > 0 && kind < PS_MAX_KIND && (size_t)(p - buf) + g_bucket[kind].rec_size > valid) return 1;
     *rec = p;
     return 0;
 }
@@ -206,14 +216,15 @@ static CUptiResult walk_plain(uint8_t *buf, size_t valid, void **rec) {
 static void buffer_requested(uint8_t **buffer, size_t *size, size_t *max_records) {
     pthread_mutex_lock(&g_mu);
     uint8_t *b = NULL;
+    size_t sz = g_buf_size; /* read under the lock: ps_set_limits may change it */
     if (g_outstanding < g_max_outstanding) {
-        b = g_pool_n ? g_pool[--g_pool_n] : aligned_alloc(8, g_buf_size);
+        b = g_pool_n ? g_pool[--g_pool_n] : aligned_alloc(8, sz);
         if (b) g_outstanding++;
     }
     if (!b) g_buffers_null++; /* CUPTI drops records and counts them as dropped */
     pthread_mutex_unlock(&g_mu);
     *buffer = b;
-    *size = b ? g_buf_size : 0;
+    *size = b ? sz : 0;
     *max_records = 0;
 }
 
@@ -233,13 +244,13 @@ static void process(void *ctx, uint32_t stream, uint8_t *buffer, size_t valid, i
 }
 
 static void buffer_completed(void *ctx, uint32_t stream, uint8_t *buffer, size_t size, size_t valid) {
-    (void)size;
     uint64_t t0 = now_ns();
     pthread_mutex_lock(&g_mu);
     if (buffer) {
-        process(ctx, stream, buffer, valid, 1);
+        process(ctx, stream, buffer, valid, p_next != NULL);
         if (g_outstanding) g_outstanding--;
-        if (g_pool_n < PS_POOL) g_pool[g_pool_n++] = buffer;
+        /* a buffer handed out before ps_set_limits changed the size is not reused */
+        if (size == g_buf_size && g_pool_n < PS_POOL) g_pool[g_pool_n++] = buffer;
         else free(buffer);
     }
     uint64_t dt = now_ns() - t0;
@@ -278,6 +289,9 @@ PS_EXPORT const char *ps_error(void) { return g_error; }
  * offsets of string-pointer fields (negative = none). */
 PS_EXPORT int ps_configure(int kind, size_t rec_size, long str_off0, long str_off1) {
     if (kind <= 0 || kind >= PS_MAX_KIND || rec_size < 8) return -1;
+    /* a string field is an 8-byte pointer inside the record */
+    if ((str_off0 >= 0 && (size_t)str_off0 + 8 > rec_size) || (str_off1 >= 0 && (size_t)str_off1 + 8 > rec_size))
+        return -1;
     pthread_mutex_lock(&g_mu);
     bucket_t *b = &g_bucket[kind];
     b->enabled = 1;
@@ -301,7 +315,10 @@ PS_EXPORT void ps_set_api_filter(int which, const uint8_t *mask, size_t n) {
 
 PS_EXPORT void ps_set_limits(size_t buf_size, size_t max_outstanding, size_t bucket_limit) {
     pthread_mutex_lock(&g_mu);
-    if (buf_size) g_buf_size = (buf_size + 7) & ~(size_t)7;
+    if (buf_size && ((buf_size + 7) & ~(size_t)7) != g_buf_size) {
+        g_buf_size = (buf_size + 7) & ~(size_t)7;
+        while (g_pool_n) free(g_pool[--g_pool_n]); /* pooled buffers have the old size */
+    }
     if (max_outstanding) g_max_outstanding = max_outstanding;
     if (bucket_limit) g_bucket_limit = bucket_limit;
     pthread_mutex_unlock(&g_mu);
@@ -411,17 +428,19 @@ PS_EXPORT size_t ps_take_strings(char *dst, size_t cap, uint64_t *first_id) {
 
 /* Counters: out[0..63] seen per kind, out[64..127] kept per kind, then dropped_cupti,
  * dropped_sink, api_filtered, buffers_done, buffers_null, valid_bytes, callback_ns,
- * callback_ns_max, outstanding, strings.  Returns the number of values written. */
+ * callback_ns_max, outstanding, strings, strings_dropped.  Returns the number of values
+ * written. */
 PS_EXPORT int ps_stats(uint64_t *out, int n) {
-    uint64_t v[2 * PS_MAX_KIND + 10];
+    uint64_t v[2 * PS_MAX_KIND + 11];
     pthread_mutex_lock(&g_mu);
     memcpy(v, g_seen, sizeof g_seen);
     memcpy(v + PS_MAX_KIND, g_kept, sizeof g_kept);
     uint64_t *t = v + 2 * PS_MAX_KIND;
     t[0] = g_dropped_cupti; t[1] = g_dropped_sink; t[2] = g_api_filtered;
     t[3] = g_buffers_done; t[4] = g_buffers_null; t[5] = g_valid_bytes;
-    t[6] = g_cb_ns; t[7] = g_cb_ns_max; t[8] = g_outstanding; t[9] = g_nstr;
+    t[6] = g_cb_ns; t[7] = g_cb_ns_max; t[8] = g_outstanding; t[9] = g_nstr; t[10] = g_strings_dropped;
     pthread_mutex_unlock(&g_mu);
+    if (n < 0) n = 0;
     int m = n < (int)(sizeof v / sizeof v[0]) ? n : (int)(sizeof v / sizeof v[0]);
     memcpy(out, v, (size_t)m * sizeof v[0]);
     return m;
@@ -441,6 +460,16 @@ PS_EXPORT void ps_reset(void) {
     g_api_filtered = g_dropped_cupti = g_dropped_sink = 0;
     g_buffers_done = g_buffers_null = g_valid_bytes = g_cb_ns = g_cb_ns_max = 0;
     pthread_mutex_unlock(&g_mu);
+}
+
+/* Tests: one buffer_requested() / buffer_completed() round, as CUPTI makes it. */
+PS_EXPORT void ps_test_request(uint8_t **buffer, size_t *size) {
+    size_t max_records;
+    buffer_requested(buffer, size, &max_records);
+}
+
+PS_EXPORT void ps_test_complete(uint8_t *buffer, size_t size, size_t valid) {
+    buffer_completed(NULL, 0, buffer, size, valid);
 }
 
 /* Process a buffer as if CUPTI had completed it, walking records end to end (tests). */

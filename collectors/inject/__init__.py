@@ -9,9 +9,10 @@ makes sure it is flushed however the process ends:
 
 * normal exit and ``sys.exit``: ``atexit`` stops the profiler (rank status ``complete``);
 * SIGTERM / SIGINT: the handler flushes, then chains to the handler that was there
-  before (the program's own, Python's KeyboardInterrupt, or the default action, in which
+  before (the program's own, or the default action, in which
   case the rank is marked ``incomplete`` and the signal re-raised so the exit status is
-  what it would have been); when the main thread is stuck in native code and cannot run
+  what it would have been; Python's own SIGINT handler is left in place: its
+  KeyboardInterrupt reaches atexit); when the main thread is stuck in native code and cannot run
   the handler, a watcher thread does it (:class:`_SignalWatch`);
 * ``os._exit``: wrapped to stop the profiler first;
 * SIGKILL: nothing can run, so the run keeps what the background flusher wrote, at most
@@ -97,8 +98,11 @@ def _start(rank: int) -> Any:
 
 def _install_exit_handlers(prof: Any) -> None:
     def at_exit() -> None:
-        if prof.running:
-            prof.stop(status="complete")
+        try:
+            if prof.running:
+                prof.stop(status="complete")
+        except Exception as e:  # noqa: BLE001 - the rank file already says incomplete; no traceback at exit
+            _debug(f"stopping at exit failed: {type(e).__name__}: {e}")
 
     atexit.register(at_exit)
 
@@ -122,11 +126,17 @@ def _install_exit_handlers(prof: Any) -> None:
             continue
         if previous is signal.SIG_IGN:
             continue  # the program ignores it; so do we
+        if signum == signal.SIGINT and previous is signal.default_int_handler:
+            # KeyboardInterrupt unwinds to atexit, which stops the profiler anyway; and code
+            # such as asyncio.run() only installs its own Ctrl-C handling when it finds
+            # Python's default handler in place, so replacing it would change the program.
+            continue
         try:
-            signal.signal(signum, _make_handler(prof, signum, previous, watch))
+            handler = _make_handler(prof, signum, previous, watch)
+            signal.signal(signum, handler)
         except (ValueError, OSError):
             continue  # not the main thread, or not allowed: atexit still covers normal exits
-        watch.watch(signum, fatal=previous in (signal.SIG_DFL, None))
+        watch.watch(signum, fatal=previous in (signal.SIG_DFL, None), handler=handler)
     watch.start()
 
 
@@ -175,12 +185,14 @@ class _SignalWatch:
     def __init__(self, prof: Any) -> None:
         self.prof = prof
         self.fatal: dict[int, bool] = {}
+        self._ours: dict[int, Any] = {}
         self._seen: dict[int, int] = {}
         self._handled: dict[int, int] = {}
         self._cond = threading.Condition()
 
-    def watch(self, signum: int, *, fatal: bool) -> None:
+    def watch(self, signum: int, *, fatal: bool, handler: Any = None) -> None:
         self.fatal[int(signum)] = fatal
+        self._ours[int(signum)] = handler
 
     def handled(self, signum: int) -> None:
         with self._cond:
@@ -207,8 +219,12 @@ class _SignalWatch:
             # A forked child (DataLoader worker, multiprocessing Pool) inherits the wakeup fd but
             # not this thread: its signals would reach the parent's watcher, which would then
             # kill the parent for a SIGTERM sent to the child.
-            os.register_at_fork(after_in_child=lambda: _forget_wakeup_fd(r, w))
+            os.register_at_fork(after_in_child=lambda: self._after_fork_in_child(r, w))
         threading.Thread(target=self._run, args=(r,), name="perfscope-signals", daemon=True).start()
+
+    def _after_fork_in_child(self, r: int, w: int) -> None:
+        _forget_wakeup_fd(r, w)
+        self._cond = threading.Condition()  # the watcher thread may have held it at fork
 
     def _run(self, fd: int) -> None:
         while True:
@@ -225,6 +241,11 @@ class _SignalWatch:
 
     def _check(self, signum: int, nth: int) -> None:
         with self._cond:
+            if self._ours.get(signum) is not None and signal.getsignal(signum) is not self._ours[signum]:
+                # The program installed its own handler since: what happens is its business
+                # (e.g. checkpoint on SIGTERM and exit later), never ours to cut short.
+                self._handled[signum] = self._handled.get(signum, 0) + 1
+                return
             if self._cond.wait_for(lambda: self._handled.get(signum, 0) >= nth, timeout=self.GRACE_S):
                 return  # the main thread handled it
         fatal = self.fatal[signum]

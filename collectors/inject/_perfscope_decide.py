@@ -29,18 +29,27 @@ def _program(argv: Sequence[str]) -> tuple[str | None, str | None, str | None]:
     i = 0
     while i < len(args):
         a = args[i]
-        if a == "-m" and i + 1 < len(args):
-            return None, args[i + 1], None
-        if a.startswith("-m") and len(a) > 2:
-            return None, a[2:], None
-        if a == "-c" and i + 1 < len(args):
-            return None, None, args[i + 1]
-        if a.startswith("-c") and len(a) > 2:
-            return None, None, a[2:]
-        if a in ("-W", "-X", "--check-hash-based-pycs"):
+        if a == "--check-hash-based-pycs":
             i += 2
             continue
-        if a.startswith("-") and a != "-":
+        if a.startswith("--") or a == "-":
+            if a == "-":
+                return a, None, None
+            i += 1
+            continue
+        if a.startswith("-"):
+            # A cluster of short options, e.g. ``-u``, ``-um mod``, ``-Werror``, ``-X dev``.
+            for j in range(1, len(a)):
+                ch, rest = a[j], a[j + 1:]
+                if ch in "mc":
+                    value = rest or (args[i + 1] if i + 1 < len(args) else None)
+                    if value is None:
+                        return None, None, None
+                    return (None, value, None) if ch == "m" else (None, None, value)
+                if ch in "WX":
+                    if not rest:
+                        i += 1  # its value is the next argument
+                    break
             i += 1
             continue
         return a, None, None

@@ -29,6 +29,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -241,6 +242,17 @@ static uint32_t pow2_floor(uint64_t v, uint32_t lo, uint32_t hi) {
   return (uint32_t)p;
 }
 
+static uint32_t record_mask_for(uint32_t mask) {
+  /* NCCL also starts the ancestors of what we ask for (research notes 1.8); keep them. */
+  uint32_t r = mask;
+  if (mask & (ncclProfileColl | ncclProfileProxyOp | ncclProfileProxyStep | ncclProfileKernelCh))
+    r |= ncclProfileColl | ncclProfileP2p | ncclProfileGroup | ncclProfileGroupApi | ncclProfileCollApi |
+         ncclProfileP2pApi;
+  if (mask & ncclProfileProxyStep) r |= ncclProfileProxyOp;
+  return r & ~(uint32_t)(ncclProfileProxyCtrl | ncclProfileNetPlugin | ncclProfileCeColl | ncclProfileCeSync |
+                         ncclProfileCeBatch);
+}
+
 static uint32_t level_mask(int level) {
   uint32_t m = 0;
   if (level >= 1)
@@ -292,8 +304,8 @@ static int open_output(int comm_rank) {
   h.pid = g.pid;
   h.created_ns = now_ns();
   h.env_rank = g.env_rank;
-  h.level = g.level;
-  h.mask = g.mask;
+  h.level = LOAD(&g.level, RELAXED);
+  h.mask = LOAD(&g.mask, RELAXED);
   h.nslots = g.nslots;
   h.nring = (uint32_t)(g.ring.mask + 1);
   h.flush_ms = g.flush_ms;
@@ -305,13 +317,28 @@ static int open_output(int comm_rank) {
   return fd;
 }
 
+/* Write whole records; on an error count it and step back to the last record boundary,
+ * so that a short write before the error (disk full) leaves no partial record that would
+ * shift every later record of the file. */
+static int write_records(const void* buf, size_t n) {
+  if (write_all(g.fd, buf, n) == 0) return 0;
+  ADD(&g.stats[ST_WRITE_ERRORS], 1);
+  off_t off = lseek(g.fd, 0, SEEK_CUR);
+  if (off > 0 && off % PS_REC_SIZE) {
+    off -= off % PS_REC_SIZE;
+    if (ftruncate(g.fd, off) != 0) { /* the next write overwrites the fragment instead */ }
+    lseek(g.fd, off, SEEK_SET);
+  }
+  return -1;
+}
+
 /* Drain the ring to the file; caller holds flush_lock. */
 static void drain_locked(void) {
   if (g.fd < 0 || LOAD(&g.disabled, RELAXED) || getpid() != g.pid) return;
   for (;;) {
     size_t n = rec_drain(&g.ring, g.wbuf, PS_WBUF_RECORDS);
     if (n == 0) break;
-    if (write_all(g.fd, g.wbuf, n * sizeof(ps_rec)) != 0) ADD(&g.stats[ST_WRITE_ERRORS], 1);
+    write_records(g.wbuf, n * sizeof(ps_rec));
   }
   /* Counters go out as a record whenever they changed, so the last one in the file holds
    * the totals up to the last flush. */
@@ -328,14 +355,12 @@ static void drain_locked(void) {
     r.type = PS_REC_STATS;
     r.start_ns = r.stop_ns = now_ns();
     for (int i = 0; i < ST_N; i++) r.x.t[i] = (int64_t)cur[i];
-    if (write_all(g.fd, &r, sizeof(r)) != 0)
-      ADD(&g.stats[ST_WRITE_ERRORS], 1);
-    else
-      memcpy(g.stats_written, cur, sizeof(cur));
+    if (write_records(&r, sizeof(r)) == 0) memcpy(g.stats_written, cur, sizeof(cur));
   }
 }
 
 static void drain(void) {
+  if (LOAD(&g.disabled, RELAXED)) return; /* forked child: writes nothing, takes no lock */
   pthread_mutex_lock(&g.flush_lock);
   drain_locked();
   pthread_mutex_unlock(&g.flush_lock);
@@ -343,6 +368,10 @@ static void drain(void) {
 
 static void* flusher_main(void* arg) {
   (void)arg;
+  /* Signals are the application's: never let the kernel pick this thread for one. */
+  sigset_t all;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, NULL);
   struct timespec ts = {g.flush_ms / 1000, (g.flush_ms % 1000) * 1000000L};
   for (;;) {
     nanosleep(&ts, NULL);
@@ -351,7 +380,13 @@ static void* flusher_main(void* arg) {
   return NULL;
 }
 
-static void at_fork_child(void) { g.disabled = 1; }
+/* A forked child (e.g. a DataLoader worker) has no flusher thread, and that thread may have
+ * held flush_lock at the fork: the child's copy would stay locked forever, and its exit
+ * (at_unload), perfscope_nccl_flush or an init would hang.  Disable and renew the lock. */
+static void at_fork_child(void) {
+  g.disabled = 1;
+  pthread_mutex_init(&g.flush_lock, NULL);
+}
 
 __attribute__((destructor)) static void at_unload(void) {
   if (g.wbuf) drain();
@@ -365,14 +400,7 @@ static void setup_once(void) {
   g.mask = level_mask(g.level);
   long m = env_long("PERFSCOPE_NCCL_MASK", -1, 0, 0xffff);
   if (m >= 0) g.mask = (uint32_t)m;
-  /* NCCL also starts the ancestors of what we ask for (research notes 1.8); keep them. */
-  g.record_mask = g.mask;
-  if (g.mask & (ncclProfileColl | ncclProfileProxyOp | ncclProfileProxyStep | ncclProfileKernelCh))
-    g.record_mask |= ncclProfileColl | ncclProfileP2p | ncclProfileGroup | ncclProfileGroupApi | ncclProfileCollApi |
-                     ncclProfileP2pApi;
-  if (g.mask & ncclProfileProxyStep) g.record_mask |= ncclProfileProxyOp;
-  g.record_mask &= ~(uint32_t)(ncclProfileProxyCtrl | ncclProfileNetPlugin | ncclProfileCeColl | ncclProfileCeSync |
-                               ncclProfileCeBatch);
+  g.record_mask = record_mask_for(g.mask);
   g.env_rank = (int)env_long("PERFSCOPE_RANK", -1, 0, INT_MAX);
   if (g.env_rank < 0) g.env_rank = (int)env_long("RANK", -1, 0, INT_MAX);
   g.flush_ms = env_long("PERFSCOPE_NCCL_FLUSH_MS", 1000, 10, 3600000);
@@ -461,7 +489,7 @@ typedef struct {
 
 static ncclResult_t start_common(ps_comm* comm, void** eHandle, const ps_descr* d, int has_group_parent) {
   *eHandle = NULL;
-  if (!comm || !g.slots || !(d->type & g.record_mask)) return ncclSuccess;
+  if (!comm || !g.slots || !(d->type & LOAD(&g.record_mask, RELAXED))) return ncclSuccess;
   uint32_t idx;
   if (!idx_pop(&g.free_q, &idx)) {
     ADD(&g.stats[ST_SLOT_DROPS], 1);
@@ -646,7 +674,7 @@ static ncclResult_t init_common(void** context, int* eActivationMask, const char
   c->abi = abi;
   c->rank = rank;
   c->nranks = nranks;
-  c->mask_ptr = eActivationMask;
+  __atomic_store_n(&c->mask_ptr, eActivationMask, RELEASE); /* read by perfscope_nccl_set_level */
   if (!g.slots) { /* level 0: loaded but off */
     if (eActivationMask) *eActivationMask = 0;
     *context = c;
@@ -690,11 +718,12 @@ static ncclResult_t init_common(void** context, int* eActivationMask, const char
   emit(&r);
   drain(); /* the comm record reaches the file even if the job dies right away */
 
-  if (eActivationMask) __atomic_store_n(eActivationMask, (int)g.mask, RELAXED);
+  /* g.mask, not the level at load: perfscope_nccl_set_level (e.g. 0 = paused) holds for new comms too */
+  if (eActivationMask) __atomic_store_n(eActivationMask, (int)LOAD(&g.mask, ACQUIRE), RELAXED);
   *context = c;
   if (logfn) logfn(NCCL_LOG_INFO, NCCL_LOG_FLAG_INIT, __FILE__, __LINE__,
                    "perfscope NCCL profiler (v%d): comm %d rank %d/%d level %d mask 0x%x -> %s", abi, idx, rank,
-                   nranks, g.level, g.mask, g.dir);
+                   nranks, LOAD(&g.level, RELAXED), LOAD(&g.mask, RELAXED), g.dir);
   return ncclSuccess;
 }
 
@@ -810,13 +839,19 @@ PS_EXPORT void perfscope_nccl_flush(void) {
  * or -1 before the first init. */
 PS_EXPORT int perfscope_nccl_set_level(int level) {
   if (LOAD(&g.ncomms, ACQUIRE) == 0 || !g.slots) return -1;
-  int old = g.level;
-  uint32_t mask = level_mask(level < 0 ? 0 : level > 3 ? 3 : level);
+  level = level < 0 ? 0 : level > 3 ? 3 : level;
+  int old = __atomic_exchange_n(&g.level, level, RELAXED);
+  uint32_t mask = level_mask(level);
+  /* Keep what the new mask makes NCCL send (a level above the one at load included)
+   * before NCCL sees it; in-flight operations may still carry the old mask. */
+  __atomic_fetch_or(&g.record_mask, record_mask_for(mask), RELEASE);
+  STORE(&g.mask, mask, RELEASE); /* for communicators created later */
   uint32_t n = LOAD(&g.ncomms, ACQUIRE);
   if (n > PS_MAX_COMMS) n = PS_MAX_COMMS;
-  for (uint32_t i = 0; i < n; i++)
-    if (g.comms[i].mask_ptr) __atomic_store_n(g.comms[i].mask_ptr, (int)mask, RELAXED);
-  g.level = level;
+  for (uint32_t i = 0; i < n; i++) {
+    int* mp = __atomic_load_n(&g.comms[i].mask_ptr, ACQUIRE);
+    if (mp) __atomic_store_n(mp, (int)mask, RELAXED);
+  }
   return old;
 }
 

@@ -47,12 +47,19 @@ def atomic_write_json(path: Path, obj: Any, *, durable: bool = True) -> None:
     renamed into place later, like an import's)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(obj, f, indent=1, sort_keys=False, default=str)
-        if durable:
-            f.flush()
-            os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(obj, f, indent=1, sort_keys=False, default=str)
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)  # a full disk must not leave half a file behind
+        except OSError:
+            pass
+        raise
 
 
 def read_json(path: Path) -> dict[str, Any]:

@@ -159,16 +159,22 @@ class RankWriter:
         part = self._next_part.get(name)
         if part is None:
             part = _next_part_number(folder)
-        final = folder / f"part-{part:05d}.parquet"
         tmp = folder / f".part-{part:05d}.{os.getpid()}.tmp"
-        pq.write_table(
-            tbl,
-            tmp,
-            compression=self.compression,
-            use_dictionary=decl.dictionary_columns or False,
-            write_statistics=["start_ns"] if "start_ns" in decl.column_names else False,
-        )
-        os.replace(tmp, final)
+        try:
+            pq.write_table(
+                tbl,
+                tmp,
+                compression=self.compression,
+                use_dictionary=decl.dictionary_columns or False,
+                write_statistics=["start_ns"] if "start_ns" in decl.column_names else False,
+            )
+            part = _publish(tmp, folder, part)
+        except BaseException:
+            try:
+                os.unlink(tmp)  # never leave a half-written temporary behind
+            except OSError:
+                pass
+            raise
         self._next_part[name] = part + 1
         self.rows_written[name] = self.rows_written.get(name, 0) + tbl.num_rows
 
@@ -203,6 +209,26 @@ class RankWriter:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _publish(tmp: Path, folder: Path, part: int) -> int:
+    """Move ``tmp`` to the first free ``part-N.parquet`` from ``part`` on and return N.
+
+    Never replaces an existing part: two processes that record as one rank (a helper
+    given the same rank, a restarted rank still running) would otherwise overwrite each
+    other's parts and lose data."""
+    while True:
+        final = folder / f"part-{part:05d}.parquet"
+        try:
+            os.link(tmp, final)  # fails when ``final`` exists, unlike a rename
+        except FileExistsError:
+            part += 1
+            continue
+        except OSError:  # a file system without hard links
+            os.replace(tmp, final)
+            return part
+        os.unlink(tmp)
+        return part
 
 
 def _next_part_number(folder: Path) -> int:

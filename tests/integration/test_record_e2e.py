@@ -301,3 +301,67 @@ def test_existing_output_needs_force(tmp_path: Path) -> None:
     assert again.returncode == 2 and "--force" in again.stderr
     forced = [*RECORD, "--force", *base[len(RECORD):]]
     assert subprocess.run(forced, cwd=tmp_path, env=_env(), capture_output=True, timeout=60).returncode == 0
+
+
+def _record_cpu(tmp_path: Path, script_text: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    script = tmp_path / "s.py"
+    script.write_text(textwrap.dedent(script_text))
+    return _run([*RECORD, "-o", str(tmp_path / "run"), "--no-cupti", "--no-nccl", "--no-nvml", "--",
+                 sys.executable, str(script)], cwd=tmp_path, env=_env(), timeout=timeout)
+
+
+def test_sigterm_to_a_forked_child_does_not_kill_the_recorded_parent(tmp_path: Path) -> None:
+    # multiprocessing.Pool.terminate() and DataLoader shutdown SIGTERM fork children; the
+    # child inherits the signal wakeup fd, and must not make the parent's watcher kill it.
+    res = _record_cpu(tmp_path, """
+        import os, signal, sys, time
+        pid = os.fork()
+        if pid == 0:
+            time.sleep(30)
+            os._exit(0)
+        time.sleep(0.3)
+        os.kill(pid, signal.SIGTERM)
+        os.waitpid(pid, 0)
+        time.sleep(2.5)  # longer than the watcher's grace period
+        print("parent survived")
+        sys.exit(5)
+    """)
+    assert res.returncode == 5, res.stderr
+    assert "parent survived" in res.stdout
+    assert perfscope.open_run(tmp_path / "run").status == "complete"
+
+
+def test_programs_own_sigterm_handler_installed_later_decides(tmp_path: Path) -> None:
+    # e.g. checkpoint-on-preemption: the handler notes the signal and the program exits later.
+    res = _record_cpu(tmp_path, """
+        import os, signal, sys, time
+        got = []
+        signal.signal(signal.SIGTERM, lambda s, f: got.append(s))
+        os.kill(os.getpid(), signal.SIGTERM)
+        for _ in range(25):
+            time.sleep(0.1)
+        print("graceful", got)
+        sys.exit(3)
+    """)
+    assert res.returncode == 3, res.stderr
+    assert "graceful [15]" in res.stdout
+
+
+def test_asyncio_run_keeps_its_ctrl_c_handling(tmp_path: Path) -> None:
+    # asyncio.run() installs its SIGINT handler only over Python's default one.
+    res = _record_cpu(tmp_path, """
+        import asyncio, os, signal
+        async def main():
+            try:
+                os.kill(os.getpid(), signal.SIGINT)
+                await asyncio.sleep(10)
+            except asyncio.CancelledError:
+                print("main task cancelled")
+                raise
+        try:
+            asyncio.run(main())
+        except KeyboardInterrupt:
+            print("KeyboardInterrupt")
+    """)
+    assert "main task cancelled" in res.stdout, res.stdout + res.stderr
+    assert "KeyboardInterrupt" in res.stdout

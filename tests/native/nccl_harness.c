@@ -3,6 +3,9 @@
  *
  *   nccl_harness PLUGIN.so ABI NCOMMS NOPS
  *   nccl_harness PLUGIN.so bench 1 NOPS     (cost per event, one thread)
+ *   nccl_harness PLUGIN.so fork 1 NFORKS    (forks while another thread flushes nonstop)
+ *   nccl_harness PLUGIN.so setlevel 1 1     (perfscope_nccl_set_level vs record mask, new comms)
+ *   nccl_harness PLUGIN.so fsize 1 NOPS     (a write cut short by RLIMIT_FSIZE, then more)
  *
  * ABI is 4, 5, 6 or "mix" (communicator c uses v4, v5, v6 for c % 3 == 0, 1, 2).  Every
  * communicator gets an application thread and a proxy thread, like NCCL's: the application
@@ -20,7 +23,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -356,6 +361,113 @@ static int bench(int nops, int (*stats)(uint64_t*, int)) {
   return 0;
 }
 
+/* Coll start/stop on a v5 comm, n times. */
+static void colls(comm_t* cm, int n, int seq0) {
+  for (int i = 0; i < n; i++) {
+    anydescr a = base(ncclProfileColl, NULL, 0);
+    a.coll.seqNumber = (uint64_t)(seq0 + i);
+    a.coll.func = "AllReduce";
+    a.coll.datatype = "ncclFloat32";
+    a.coll.algo = "RING";
+    a.coll.proto = "SIMPLE";
+    stop(cm, start(cm, &a));
+  }
+}
+
+static volatile int g_stop;
+static void (*g_flush)(void);
+
+static void* busy_flusher(void* arg) {
+  comm_t* cm = arg;
+  colls(cm, 4, 0);
+  while (!g_stop) g_flush(); /* after the first, each flush takes the lock and writes nothing */
+  return NULL;
+}
+
+/* "fork": forks while another thread flushes without pause (so it often holds the plugin's
+ * file lock at the fork); each child flushes and exits through exit() (the plugin's
+ * destructor flushes again).  A child that hangs is killed by alarm() and counted. */
+static int fork_test(int nforks) {
+  comm_t cm;
+  memset(&cm, 0, sizeof(cm));
+  cm.abi = 5;
+  if (V5->init(&cm.ctx, 0x42, &cm.mask, "fork", 1, 1, 0, NULL) != 0) return 3;
+  pthread_t t;
+  pthread_create(&t, NULL, busy_flusher, &cm);
+  int hung = 0, done = 0;
+  for (int k = 0; k < nforks && !hung; k++) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      alarm(2);
+      g_flush();
+      exit(0);
+    }
+    int st = 0;
+    waitpid(pid, &st, 0);
+    if (WIFSIGNALED(st)) hung++;
+    else done++;
+  }
+  g_stop = 1;
+  pthread_join(t, NULL);
+  V5->finalize(cm.ctx);
+  printf("{\"forks\": %d, \"hung\": %d}\n", done + hung, hung);
+  return 0;
+}
+
+/* "setlevel": a level raised above the one at load must be recorded; a pause (level 0)
+ * must hold for a communicator created afterwards. */
+static int setlevel_test(int (*set_level)(int)) {
+  comm_t a, b;
+  memset(&a, 0, sizeof(a));
+  memset(&b, 0, sizeof(b));
+  a.abi = b.abi = 5;
+  if (V5->init(&a.ctx, 0x51, &a.mask, "a", 1, 1, 0, NULL) != 0) return 3;
+  int mask0 = a.mask;
+  anydescr d = base(ncclProfileProxyOp, NULL, 0);
+  d.proxyOp.pid = getpid();
+  void* h1 = start(&a, &d);
+  if (h1) stop(&a, h1);
+  int old = set_level(3);
+  int mask3 = a.mask;
+  void* h3 = start(&a, &d);
+  if (h3) stop(&a, h3);
+  int old3 = set_level(0);
+  int shared_mask = 0; /* NCCL passes one process-wide mask to every init */
+  b.mask = 0x7fff;
+  if (V5->init(&b.ctx, 0x52, &shared_mask, "b", 1, 1, 0, NULL) != 0) return 3;
+  int mask_new_paused = shared_mask;
+  set_level(1);
+  V5->finalize(a.ctx);
+  V5->finalize(b.ctx);
+  printf("{\"mask0\": %d, \"handle_level1\": %d, \"old\": %d, \"mask3\": %d, \"handle_level3\": %d, \"old3\": %d, "
+         "\"mask_new_paused\": %d}\n",
+         mask0, h1 != NULL, old, mask3, h3 != NULL, old3, mask_new_paused);
+  return 0;
+}
+
+/* "fsize": NOPS Colls whose write RLIMIT_FSIZE cuts in the middle of a record, then NOPS
+ * more with the limit lifted.  Needs PERFSCOPE_NCCL_FLUSH_MS large (flushes are ours). */
+static int fsize_test(int nops) {
+  comm_t cm;
+  memset(&cm, 0, sizeof(cm));
+  cm.abi = 5;
+  signal(SIGXFSZ, SIG_IGN);
+  if (V5->init(&cm.ctx, 0x61, &cm.mask, "fsize", 1, 1, 0, NULL) != 0) return 3; /* header, COMM, STATS */
+  struct rlimit old, lim;
+  getrlimit(RLIMIT_FSIZE, &old);
+  lim = old;
+  lim.rlim_cur = 3 * 128 + 3 * 128 + 64; /* room for 3.5 records more */
+  if (setrlimit(RLIMIT_FSIZE, &lim) != 0) return 4;
+  colls(&cm, nops, 0);
+  g_flush();
+  if (setrlimit(RLIMIT_FSIZE, &old) != 0) return 4;
+  colls(&cm, nops, 1000);
+  g_flush();
+  V5->finalize(cm.ctx);
+  printf("{\"ok\": 1}\n");
+  return 0;
+}
+
 int main(int argc, char** argv) {
   if (argc < 5) {
     fprintf(stderr, "usage: %s PLUGIN.so ABI(4|5|6|mix) NCOMMS NOPS\n", argv[0]);
@@ -375,6 +487,15 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (strcmp(argv[2], "bench") == 0) return bench(atoi(argv[4]), stats);
+  g_flush = (void (*)(void))dlsym(lib, "perfscope_nccl_flush");
+  int (*set_level)(int) = (int (*)(int))dlsym(lib, "perfscope_nccl_set_level");
+  if (!g_flush || !set_level) {
+    fprintf(stderr, "missing symbols\n");
+    return 2;
+  }
+  if (strcmp(argv[2], "fork") == 0) return fork_test(atoi(argv[4]));
+  if (strcmp(argv[2], "setlevel") == 0) return setlevel_test(set_level);
+  if (strcmp(argv[2], "fsize") == 0) return fsize_test(atoi(argv[4]));
   int ncomms = atoi(argv[3]);
   NOPS = atoi(argv[4]);
   comm_t* comms = calloc((size_t)ncomms, sizeof(comm_t));

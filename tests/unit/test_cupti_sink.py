@@ -86,3 +86,74 @@ def test_sink_drops_when_full(sink) -> None:
     assert sink.stats()["dropped_sink"] == 2
     sink.set_limits(0, 0, 1 << 30)
     sink.reset()
+
+
+def test_buffer_size_change_never_hands_out_a_smaller_pooled_buffer(sink) -> None:
+    """A buffer pooled at one size must not go back to CUPTI announced with a larger one."""
+    lib = sink.lib
+    libc = ctypes.CDLL(None)
+    libc.malloc_usable_size.restype, libc.malloc_usable_size.argtypes = ctypes.c_size_t, [ctypes.c_void_p]
+    u8p = ctypes.POINTER(ctypes.c_uint8)
+
+    def request() -> tuple[object, int]:
+        buf, size = u8p(), ctypes.c_size_t(0)
+        lib.ps_test_request(ctypes.byref(buf), ctypes.byref(size))
+        assert buf and size.value > 0
+        # CUPTI writes up to `size` bytes into the buffer
+        assert libc.malloc_usable_size(ctypes.cast(buf, ctypes.c_void_p)) >= size.value
+        return buf, size.value
+
+    try:
+        sink.set_limits(4096, 64, 0)
+        old = [request() for _ in range(3)]
+        sink.set_limits(1 << 16, 0, 0)
+        new = [request() for _ in range(2)]  # the pool holds nothing of the old size
+        for buf, size in old:  # buffers CUPTI still held at the change come back now
+            lib.ps_test_complete(buf, size, 0)
+        new += [request() for _ in range(3)]
+        assert all(size == 1 << 16 for _, size in new)
+        for buf, size in new:
+            lib.ps_test_complete(buf, size, 0)
+    finally:
+        sink.set_limits(8 << 20, 64, 1 << 30)
+        sink.reset()
+
+
+def test_plain_walk_stops_at_a_record_cut_by_the_buffer_end(sink) -> None:
+    sink.reset()
+    sink.configure([layouts.KIND_RUNTIME])
+    launch = next(k for k, v in cbids.RUNTIME.items() if v == "cudaLaunchKernel")
+    sink.set_api_filter([launch], [])
+    one = _api(layouts.KIND_RUNTIME, launch, 1).tobytes()
+    sink.feed_plain(one + one[:12])  # the second record is cut short: not read past the end
+    assert sink.take(layouts.KIND_RUNTIME).size == len(one)
+    assert sink.stats()["kept"][layouts.KIND_RUNTIME] == 1
+    sink.reset()
+
+
+def test_configure_rejects_string_offsets_outside_the_record(sink) -> None:
+    assert sink.lib.ps_configure(layouts.KIND_RUNTIME, 40, 36, -1) == -1
+    assert sink.lib.ps_configure(layouts.KIND_RUNTIME, 40, -1, 33) == -1
+    sink.reset()
+
+
+def test_string_table_is_bounded(sink) -> None:
+    """Unique names (an NVTX range per step) must not grow the string table without end."""
+    sink.reset()
+    sink.take_strings()
+    sink.configure([layouts.KIND_MARKER])
+    before = sink.stats()["strings_dropped"]
+    sink.set_limits(0, 0, 1024)
+    try:
+        names = [ctypes.create_string_buffer(f"step {i} ".encode() * 60) for i in range(6)]  # ~500 bytes each
+        recs = np.zeros(len(names), layouts.MARKER)
+        recs["kind"] = layouts.KIND_MARKER
+        recs["name"] = [ctypes.addressof(n) for n in names]
+        sink.feed_plain(recs.tobytes())
+        assert sink.take(layouts.KIND_MARKER).size == len(names) * layouts.MARKER.itemsize  # records kept
+        blob, _ = sink.take_strings()
+        assert 0 < len(blob) <= 1024
+        assert sink.stats()["strings_dropped"] - before == len(names) - blob.count(b"\0")
+    finally:
+        sink.set_limits(0, 0, 1 << 30)
+        sink.reset()

@@ -313,3 +313,41 @@ def test_sanitizers_clean(tmp_path: Path, flag: str) -> None:
                     PERFSCOPE_NCCL_RING="64", PERFSCOPE_NCCL_FLUSH_MS="10", **env)
     assert "Sanitizer" not in s["stderr"], s["stderr"][-3000:]
     assert R.read_file(s["files"][0]).stats["slot_drops"] > 0
+
+
+def test_forked_child_never_hangs_on_the_flush_lock(build: dict[str, Path], tmp_path: Path) -> None:
+    # A thread flushes nonstop, so the file lock is often held at the fork; each child then
+    # flushes and exits through exit() (the plugin's destructor flushes too).  A child that
+    # inherited the lock held would wait forever: alarm() kills it and the harness counts it.
+    s = run_harness(build, tmp_path / "out", "fork", 1, 200, level=1, PERFSCOPE_NCCL_FLUSH_MS="3600000")
+    assert s["hung"] == 0 and s["forks"] == 200, s
+    f = R.read_file(s["files"][0])  # the children wrote nothing into the parent's file
+    assert len(s["files"]) == 1 and f.truncated_bytes == 0
+    assert len(R.events(f)) == f.stats["events_started"] == 4
+
+
+def test_set_level_raises_records_and_pause_holds_for_new_comms(build: dict[str, Path], tmp_path: Path) -> None:
+    s = run_harness(build, tmp_path / "out", "setlevel", 1, 1, level=1)
+    assert s["mask0"] == 0xF47 and s["handle_level1"] == 0  # ProxyOp not asked for at level 1
+    assert s["old"] == 1 and s["mask3"] == 0xF5F
+    assert s["handle_level3"] == 1  # asked for now: must be recorded, not dropped
+    assert s["old3"] == 3
+    assert s["mask_new_paused"] == 0  # a communicator created while paused stays paused
+    ev = R.events(R.read_file(s["files"][0]))
+    assert list(ev["type"]) == [R.PROXY_OP]
+
+
+def test_write_cut_short_keeps_later_records_aligned(build: dict[str, Path], tmp_path: Path) -> None:
+    # RLIMIT_FSIZE cuts a flush in the middle of a record (as a full disk does); records
+    # flushed after the limit is lifted must still start on a 128-byte boundary.
+    s = run_harness(build, tmp_path / "out", "fsize", 1, 10, level=1, PERFSCOPE_NCCL_FLUSH_MS="3600000")
+    path = s["files"][0]
+    assert (path.stat().st_size - 128) % 128 == 0
+    f = R.read_file(path)
+    assert f.truncated_bytes == 0
+    ev = R.events(f)
+    assert (ev["type"] == R.COLL).all() and (ev["func"] == "AllReduce").all()
+    seqs = sorted(ev["u0"].astype(int))
+    k = sum(q < 1000 for q in seqs)  # what fitted under the limit: whole records only
+    assert 0 < k < 10 and seqs == list(range(k)) + list(range(1000, 1010))
+    assert f.stats["write_errors"] >= 1 and list(f.comms["comm_name"]) == ["fsize"]

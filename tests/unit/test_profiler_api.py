@@ -259,3 +259,80 @@ def test_users_own_nccl_plugin_is_kept_with_a_warning(tmp_path: Path, monkeypatc
         with perfscope.profile(tmp_path / "theirs", cupti=False, nvml=False):
             assert os.environ["NCCL_PROFILER_PLUGIN"] == "/opt/their/libprofiler.so"
     assert "nccl" not in perfscope.open_run(tmp_path / "theirs").rank_meta(0)["collectors"]
+
+
+def test_relative_path_survives_a_chdir_after_start(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Hydra and others chdir once the program runs: the run must stay where it was started.
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path)
+    prof = perfscope.profile("rel.perfscope", **CPU_ONLY).start()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    _train(3, prof)
+    prof.flush()
+    run = prof.stop()
+    assert run.status == "complete" and run.row_counts()["steps"] == 3
+    assert perfscope.open_run(tmp_path / "rel.perfscope").row_counts()["steps"] == 3
+    assert not (tmp_path / "elsewhere" / "rel.perfscope").exists()
+
+
+def test_ranks_on_different_nodes_of_an_srun_job_derive_one_run_id(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Without torchrun, each node's ranks have their own parent (slurmstepd, orted): the
+    # run id must not depend on it, or the other nodes' ranks wait for a run that never comes.
+    import os
+
+    from perfscope.profiler import _job_run_id
+
+    monkeypatch.delenv("TORCHELASTIC_RUN_ID", raising=False)
+    monkeypatch.setenv("SLURM_JOB_ID", "4242")
+    monkeypatch.setenv("SLURM_STEP_ID", "0")
+    ids = set()
+    for ppid in (100, 200):
+        monkeypatch.setattr(os, "getppid", lambda ppid=ppid: ppid)
+        ids.add(_job_run_id(tmp_path / "run"))
+    assert len(ids) == 1
+
+
+def test_nvtx_injection_variable_is_removed_on_stop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Processes the program starts after stop() must not load CUPTI as their NVTX injection.
+    import os
+    import types
+
+    from perfscope import profiler as profiler_mod
+
+    class FakeCollector:
+        clock_offset_ns = 0
+
+        def __init__(self, writer: Any) -> None:
+            pass
+
+        def start(self) -> None:
+            pass
+
+        def flush(self) -> None:
+            pass
+
+        def stop(self) -> dict[str, Any]:
+            return {}
+
+    fake = types.SimpleNamespace(
+        available=lambda: (True, ""), CuptiCollector=FakeCollector,
+        nvtx_injection_env=lambda: {"NVTX_INJECTION64_PATH": "/opt/fake/libcupti.so"},
+    )
+    real = profiler_mod._optional_module
+    monkeypatch.setattr(profiler_mod, "_optional_module",
+                        lambda name: (fake, None) if name == "perfscope.collectors.cupti" else real(name))
+    monkeypatch.delenv("NVTX_INJECTION64_PATH", raising=False)
+    prof = perfscope.profile(tmp_path / "nvtx", cupti=True, nccl=False, nvml=False).start()
+    assert os.environ["NVTX_INJECTION64_PATH"] == "/opt/fake/libcupti.so"
+    prof.stop()
+    assert "NVTX_INJECTION64_PATH" not in os.environ
+
+
+def test_warnings_as_errors_never_escape_from_a_hook(tmp_path: Path) -> None:
+    # The schedule's window opens inside opt.step() (optimizer steps, no prof.step()); a
+    # collector's note there must not raise into the training loop under `-W error`.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with perfscope.profile(tmp_path / "werr", schedule=(2, None), cupti=True, nccl=False, nvml=False) as prof:
+            _train(4)
+    assert prof.warnings  # e.g. no GPU here: still said in the rank file

@@ -85,3 +85,9 @@ def test_schedule_coerce(value: object, expected: Schedule | None) -> None:
 def test_bad_schedules_are_usage_errors(bad: object) -> None:
     with pytest.raises(UsageError):
         Schedule.coerce(bad)
+
+
+@pytest.mark.parametrize("bad", [{"skp": 1}, ("a", 1), [1, "many"]])
+def test_malformed_schedules_are_usage_errors(bad: object) -> None:
+    with pytest.raises(UsageError):
+        Schedule.coerce(bad)

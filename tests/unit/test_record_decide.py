@@ -33,6 +33,12 @@ BASE = {"PERFSCOPE_RUN_DIR": "/runs/x"}
     ({**BASE, "SLURM_PROCID": "0", "RANK": "5"}, [PY, "train.py"], (True, 5)),
     (BASE, [PY, "-c", "from multiprocessing.spawn import spawn_main; spawn_main(tracker_fd=5)", "--multiprocessing-fork"], (False, 0)),
     (BASE, [PY, "-c", "from multiprocessing.resource_tracker import main;main(4)"], (False, 0)),
+    # clustered short options: still the launcher agent, never an implicit rank 0
+    (BASE, [PY, "-um", "torch.distributed.run", "--nproc-per-node", "2", "train.py"], (False, 0)),
+    (BASE, [PY, "-Bu", "/usr/local/bin/torchrun", "--nproc-per-node", "2", "train.py"], (False, 0)),
+    (BASE, [PY, "-X", "dev", "-Wd", "-Xfaulthandler", "-m", "torch.distributed.run", "train.py"], (False, 0)),
+    (BASE, [PY, "-uc", "from multiprocessing.forkserver import main; main(3)"], (False, 0)),
+    (BASE, [PY, "-Xdev", "-W", "error", "train.py"], (True, 0)),
 ])
 def test_decide(env: dict[str, str], argv: list[str], expected: tuple[bool, int]) -> None:
     ok, rank, why = decide(env, argv, 123)
@@ -110,3 +116,32 @@ def test_record_cli_passes_the_command_through_with_and_without_dashdash(tmp_pat
     # after `--`, options belong to the command (here -o is the child's argv, not record's)
     code = "import sys; sys.exit(10 + len(sys.argv))"
     assert main(["record", "-o", f"{tmp_path}/b", *quiet, "--", sys.executable, "-c", code, "-o", "x"]) == 13
+
+
+def test_exit_handler_swallows_a_failed_final_write(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A failed final write at interpreter exit must not print a traceback into the job's stderr.
+    import atexit
+    import os
+    import signal
+
+    from perfscope.collectors import inject
+    from perfscope.errors import CollectorError
+
+    registered: list = []
+    monkeypatch.setattr(atexit, "register", registered.append)
+    monkeypatch.setattr(os, "_exit", os._exit)  # restored after the test
+
+    def no_signals(*_a: object) -> None:
+        raise ValueError("not the main thread")
+
+    monkeypatch.setattr(signal, "signal", no_signals)
+
+    class Failing:
+        running = True
+
+        def stop(self, **_kw: object) -> None:
+            raise CollectorError("disk full")
+
+    inject._install_exit_handlers(Failing())
+    assert len(registered) == 1
+    registered[0]()  # must not raise

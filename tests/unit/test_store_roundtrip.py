@@ -180,3 +180,53 @@ def test_dataframe_batches_are_accepted(tmp_path: Path) -> None:
     write_rank_tables(tmp_path / "r", 0, {"metrics": df})
     out = open_run(tmp_path / "r").table("metrics")
     assert out["ts_ns"].iloc[0] == EPOCH and out["value"].iloc[0] == 512.5
+
+
+def test_two_writers_of_one_rank_never_overwrite_each_others_parts(tmp_path: Path) -> None:
+    # Two processes that record as the same rank must not lose each other's rows.
+    create_run(tmp_path / "r")
+    a = RankWriter(tmp_path / "r", 0, flush_interval_s=1e9)
+    b = RankWriter(tmp_path / "r", 0, flush_interval_s=1e9)
+    a.append("kernels", {"start_ns": [1, 2], "dur_ns": [1, 1]})
+    b.append("kernels", {"start_ns": [3, 4, 5], "dur_ns": [1, 1, 1]})
+    a.flush()
+    b.flush()
+    a.append("kernels", {"start_ns": [6], "dur_ns": [1]})
+    a.close()
+    b.close()
+    folder = tmp_path / "r" / "kernels" / "rank=0"
+    assert len(open_run(tmp_path / "r").table("kernels")) == 6
+    assert not list(folder.glob(".*.tmp"))
+
+
+def test_failed_part_write_leaves_no_temporary(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import pyarrow.parquet as pq
+
+    create_run(tmp_path / "r")
+    w = RankWriter(tmp_path / "r", 0, flush_interval_s=1e9)
+    w.append("kernels", {"start_ns": [1], "dur_ns": [1]})
+    real = pq.write_table
+
+    def half_then_fail(table: object, where: object, **kw: object) -> None:
+        real(table, where, **kw)
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(pq, "write_table", half_then_fail)
+    with pytest.raises(OSError):
+        w.flush()
+    assert not list((tmp_path / "r" / "kernels" / "rank=0").iterdir())
+
+
+def test_failed_metadata_write_leaves_no_temporary_and_keeps_the_old_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from perfscope.store import meta as meta_mod
+
+    write_rank_meta(tmp_path / "r", 0, {"status": "recording"})
+
+    def full_disk(*_a: object, **_kw: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(meta_mod.os, "fsync", full_disk)
+    with pytest.raises(OSError):
+        write_rank_meta(tmp_path / "r", 0, {"status": "complete"})
+    assert [p.name for p in (tmp_path / "r" / "ranks").iterdir()] == ["rank-0.json"]
+    assert json.loads((tmp_path / "r" / "ranks" / "rank-0.json").read_text())["status"] == "recording"
