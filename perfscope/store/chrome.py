@@ -64,6 +64,17 @@ def _us(ns: np.ndarray | pd.Series, base: int) -> list[float]:
     return ((np.asarray(ns, dtype=np.int64) - base) / 1000.0).tolist()
 
 
+def _columns(df: pd.DataFrame, base: int) -> tuple[dict[str, list[Any]], list[float], list[float]]:
+    """Return (other columns as Python lists, start in us after ``base``, duration in us)."""
+    cols = {c: _pylist(df[c]) for c in df.columns if c not in ("start_ns", "dur_ns", "rank")}
+    return cols, _us(df["start_ns"], base), _us(df["dur_ns"], 0)
+
+
+def _stream_lane(lanes: _Lanes, pid: int, stream: Any) -> int:
+    """The lane (tid) of a GPU stream, sorted by stream id."""
+    return lanes.real(pid, stream if stream is not None else 0, f"stream {stream}", 0 if stream is None else int(stream))
+
+
 def _drop_none(d: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in d.items() if v is not None}
 
@@ -298,15 +309,14 @@ def _rank_events(
     # -- GPU activity on stream lanes ----------------------------------------------------
     df = t("kernels")
     if len(df):
-        cols = {c: _pylist(df[c]) for c in df.columns if c not in ("start_ns", "dur_ns", "rank")}
-        ts, dur = _us(df["start_ns"], base), _us(df["dur_ns"], 0)
+        cols, ts, dur = _columns(df, base)
         for i in range(len(df)):
             dev, stream = cols["device"][i], cols["stream"][i]
             pid = gpu_pid(dev)
             grid = [cols["grid_x"][i], cols["grid_y"][i], cols["grid_z"][i]]
             block_ = [cols["block_x"][i], cols["block_y"][i], cols["block_z"][i]]
             yield {"ph": "X", "cat": "kernel", "name": cols["name"][i], "pid": pid,
-                   "tid": lanes.real(pid, stream if stream is not None else 0, f"stream {stream}", 0 if stream is None else int(stream)),
+                   "tid": _stream_lane(lanes, pid, stream),
                    "ts": ts[i], "dur": dur[i], "args": _drop_none({
                        "device": dev, "stream": stream, "correlation": cols["correlation"][i],
                        "registers per thread": cols["registers_per_thread"][i],
@@ -316,34 +326,31 @@ def _rank_events(
                        "graph id": cols["graph_id"][i]})}
     df = t("memcpy")
     if len(df):
-        cols = {c: _pylist(df[c]) for c in df.columns if c not in ("start_ns", "dur_ns", "rank")}
-        ts, dur = _us(df["start_ns"], base), _us(df["dur_ns"], 0)
+        cols, ts, dur = _columns(df, base)
         for i in range(len(df)):
             dev, stream = cols["device"][i], cols["stream"][i]
             pid = gpu_pid(dev)
             yield {"ph": "X", "cat": "gpu_memcpy", "name": _memcpy_name(cols["copy_kind"][i], cols["src_kind"][i], cols["dst_kind"][i]),
-                   "pid": pid, "tid": lanes.real(pid, stream if stream is not None else 0, f"stream {stream}", 0 if stream is None else int(stream)),
+                   "pid": pid, "tid": _stream_lane(lanes, pid, stream),
                    "ts": ts[i], "dur": dur[i], "args": _drop_none({
                        "device": dev, "stream": stream, "correlation": cols["correlation"][i], "bytes": cols["bytes"][i],
                        "ps": {"copy_kind": cols["copy_kind"][i], "src_kind": cols["src_kind"][i],
                               "dst_kind": cols["dst_kind"][i], "pageable": cols["pageable"][i]}})}
     df = t("memset")
     if len(df):
-        cols = {c: _pylist(df[c]) for c in df.columns if c not in ("start_ns", "dur_ns", "rank")}
-        ts, dur = _us(df["start_ns"], base), _us(df["dur_ns"], 0)
+        cols, ts, dur = _columns(df, base)
         for i in range(len(df)):
             dev, stream = cols["device"][i], cols["stream"][i]
             pid = gpu_pid(dev)
             kind = cols["mem_kind"][i]
             yield {"ph": "X", "cat": "gpu_memset", "name": f"Memset ({(kind or 'unknown').capitalize()})",
-                   "pid": pid, "tid": lanes.real(pid, stream if stream is not None else 0, f"stream {stream}", 0 if stream is None else int(stream)),
+                   "pid": pid, "tid": _stream_lane(lanes, pid, stream),
                    "ts": ts[i], "dur": dur[i], "args": _drop_none({
                        "device": dev, "stream": stream, "correlation": cols["correlation"][i], "bytes": cols["bytes"][i],
                        "ps": {"value": cols["value"][i], "mem_kind": kind}})}
     df = t("sync")
     if len(df):
-        cols = {c: _pylist(df[c]) for c in df.columns if c not in ("start_ns", "dur_ns", "rank")}
-        ts, dur = _us(df["start_ns"], base), _us(df["dur_ns"], 0)
+        cols, ts, dur = _columns(df, base)
         for i in range(len(df)):
             dev, stream = cols["device"][i], cols["stream"][i]
             pid = gpu_pid(dev)
@@ -372,8 +379,7 @@ def _rank_events(
     # -- GPU annotations and host-side markers -------------------------------------------
     df = t("markers")
     if len(df):
-        cols = {c: _pylist(df[c]) for c in df.columns if c not in ("start_ns", "dur_ns", "rank")}
-        ts, dur = _us(df["start_ns"], base), _us(df["dur_ns"], 0)
+        cols, ts, dur = _columns(df, base)
         for i in range(len(df)):
             dev, stream, tid = cols["device"][i], cols["stream"][i], cols["tid"][i]
             extra = {"source": cols["source"][i], "domain": cols["domain"][i]}
@@ -407,8 +413,7 @@ def _rank_events(
                    "ts": ts[i], "dur": dur[i], "args": {"ps": {"step": step[i], "source": source[i]}}}
     df = t("api")
     if len(df):
-        cols = {c: _pylist(df[c]) for c in df.columns if c not in ("start_ns", "dur_ns", "rank")}
-        ts, dur = _us(df["start_ns"], base), _us(df["dur_ns"], 0)
+        cols, ts, dur = _columns(df, base)
         for i in range(len(df)):
             orig, tid, kind = cols["pid"][i], cols["tid"][i], cols["kind"][i]
             pid = host_pid(orig if orig is not None else main_pid)
@@ -428,8 +433,7 @@ def _rank_events(
                    "pid": pid, "tid": lane, "ts": ts[i], "dur": dur[i], "args": args}
     df = t("host")
     if len(df):
-        cols = {c: _pylist(df[c]) for c in df.columns if c not in ("start_ns", "dur_ns", "rank")}
-        ts, dur = _us(df["start_ns"], base), _us(df["dur_ns"], 0)
+        cols, ts, dur = _columns(df, base)
         pid = host_pid(main_pid)
         for i in range(len(df)):
             tid = cols["tid"][i]
