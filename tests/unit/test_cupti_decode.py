@@ -135,3 +135,8 @@ def test_sample_copies_api_sync_markers(sample: tuple) -> None:
     if "memset" in tables:
         ms = tables["memset"].to_pandas()
         assert (ms["bytes"] == 1 << 20).all() and (ms["value"] == 0).all()
+
+
+def test_recorded_samples_are_committed() -> None:
+    """The H200 raw-buffer sample is a committed fixture: its tests must never skip in CI."""
+    assert SAMPLES, "tests/data/cupti/*.npz is missing (check .gitignore)"
