@@ -179,8 +179,6 @@ def normalize_func(func: pd.Series | list[str]) -> pd.Series:
     return pd.Series(pd.Categorical.from_codes(inv[codes] if len(codes) else np.zeros(0, np.int64), categories=cats), index=s.index)
 
 
-__all_helpers__ = ("codes_and_names",)
-
 
 __all__ = [
     "COMPUTE", "COMMUNICATION", "MEMORY", "KINDS", "COMM_NAME_RE", "MEMORY_NAME_RE",

@@ -49,4 +49,4 @@ def build_in_place(cc: str | None = None) -> Path:
 
 
 if __name__ == "__main__":
-    print(build_in_place())
+    build_in_place()  # a checkout without `pip install -e .`: the library lands beside sink.c
