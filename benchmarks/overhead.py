@@ -1,12 +1,15 @@
 """Overhead of perfscope's CUPTI collector next to torch.profiler, in one process on one GPU.
 
-    python benchmarks/overhead.py --paired [--pairs 30] [--out DIR]      # figures to quote
+    python benchmarks/overhead.py --paired [--pairs 30] [--arms perfscope,torch] [--out DIR]   # figures to quote
     python benchmarks/overhead.py [--rounds 10] [--launches 20000] [--steps 24] [--out DIR]
 
 ``--paired``: each pair runs one block with the recorder on and one without, back to
 back in alternating order (start/stop outside the timed blocks); the figure is the
-median of per-pair ratios.  This resolves a few percent on a shared host where the
-interleaved rounds below cannot.
+median of per-pair ratios (and differences).  The arms (``--arms``: ``perfscope``, the
+defaults; ``perfscope_activity``, API records from CUPTI's RUNTIME activity kind;
+``perfscope_noapi``, no API records; ``perfscope_kernel``, kernels only; ``torch``) take
+turns within each round, so they are measured under the same host conditions.  This
+resolves a few percent on a shared host where the interleaved rounds below cannot.
 
 (a) tiny-kernel loop: microseconds per launch of ``x.add_(1)`` on a 1-element tensor;
 (b) transformer training step: 8 encoder layers, d_model 1024, 16 heads, seq 512,
@@ -199,57 +202,78 @@ class _CountingWriter:
         self.rows[table] = self.rows.get(table, 0) + batch.num_rows
 
 
-def paired(name: str, block: Callable[[], float], arm: str, pairs: int) -> dict:
-    """Paired blocks: each pair runs one block with ``arm`` recording and one without,
-    back to back in alternating order; the figure is the median of the per-pair ratios.
+#: the --paired arms: name -> CuptiCollector keyword arguments (None: torch.profiler)
+PAIRED_ARMS: dict[str, dict[str, Any] | None] = {
+    "perfscope": {},  # the defaults: what `perfscope record` and perfscope.profile use
+    "perfscope_activity": {"api_source": "activity"},  # API records from CUPTI's RUNTIME kind
+    "perfscope_noapi": {"kinds": ("kernel", "memcpy", "memset", "sync", "nvtx")},
+    "perfscope_kernel": {"kinds": ("kernel",)},
+    "torch": None,
+}
+
+
+def paired(name: str, block: Callable[[], float], arms: list[str], pairs: int) -> dict:
+    """Paired blocks, all arms interleaved: in each round every arm (in an order that
+    rotates from round to round) runs one block recording and one without, back to back
+    (which goes first alternates); each arm's figure is the median of its per-pair ratios
+    and of its per-pair differences.  Arms measured in the same rounds see the same state
+    of the shared host, so their figures can be compared with each other.
 
     Starting and stopping the recorder (and torch.profiler's trace processing) happen
     outside the timed blocks; perfscope's decode time is reported next to the block time
     so that its share can be added (in a real run it happens on a background thread).
     """
-    ratios, on_vals, off_vals = [], [], []
-    decode_ns = sink_ns = records = 0
-    on_ns = 0
-    for i in range(pairs):
-        vals: dict[bool, float] = {}
-        for on in ((True, False) if i % 2 == 0 else (False, True)):
-            if not on:
-                vals[on] = block()
-                continue
-            if arm == "torch":
-                with arm_torch():
-                    t0 = time.perf_counter_ns()
-                    vals[on] = block()
-                    on_ns += time.perf_counter_ns() - t0
-            else:
-                from perfscope.collectors.cupti import CuptiCollector
+    from perfscope.collectors.cupti import CuptiCollector
 
-                coll = CuptiCollector(_CountingWriter())
+    acc = {a: {"ratios": [], "on": [], "off": [], "deltas": [], "decode_ns": 0, "sink_ns": 0, "records": 0,
+               "on_ns": 0, "api_source": None} for a in arms}
+    for i in range(pairs):
+        order = arms[i % len(arms):] + arms[:i % len(arms)]
+        for j, arm in enumerate(order):
+            a = acc[arm]
+            vals: dict[bool, float] = {}
+            for on in ((True, False) if (i + j) % 2 == 0 else (False, True)):
+                if not on:
+                    vals[on] = block()
+                    continue
+                kw = PAIRED_ARMS[arm]
+                if kw is None:
+                    with arm_torch():
+                        t0 = time.perf_counter_ns()
+                        vals[on] = block()
+                        a["on_ns"] += time.perf_counter_ns() - t0
+                    continue
+                coll = CuptiCollector(_CountingWriter(), **kw)
                 coll.start()
                 t0 = time.perf_counter_ns()
                 vals[on] = block()
-                on_ns += time.perf_counter_ns() - t0
+                a["on_ns"] += time.perf_counter_ns() - t0
                 st = coll.stop()
-                decode_ns += st["overhead"]["decode_ns"]
-                sink_ns += st["overhead"]["sink_callback_ns"]
-                records += sum(v["kept"] for v in st["records"].values())
-        ratios.append(vals[True] / vals[False])
-        on_vals.append(vals[True])
-        off_vals.append(vals[False])
-    out = {
-        "pairs": pairs, "ratio_median": statistics.median(ratios),
-        "ratio_q1": statistics.quantiles(ratios, n=4)[0], "ratio_q3": statistics.quantiles(ratios, n=4)[2],
-        "on_median": statistics.median(on_vals), "off_median": statistics.median(off_vals),
-        "delta_median": statistics.median([a - b for a, b in zip(on_vals, off_vals)]),
-        "ratios": ratios,
-    }
-    if arm == "perfscope" and on_ns:
-        out.update({"decode_share": decode_ns / on_ns, "sink_share": sink_ns / on_ns,
-                    "decode_ns_per_record": decode_ns / max(records, 1), "records": records})
-    print(f"  paired {name} {arm}: ratio median {out['ratio_median']:.4f} [IQR {out['ratio_q1']:.4f} .. "
-          f"{out['ratio_q3']:.4f}], on {out['on_median']:.3f} off {out['off_median']:.3f} "
-          f"delta {out['delta_median']:+.3f}" + (f", decode share {out['decode_share']:.4%}" if "decode_share" in out else ""),
-          flush=True)
+                a["decode_ns"] += st["overhead"]["decode_ns"]
+                a["sink_ns"] += st["overhead"]["sink_callback_ns"]
+                a["records"] += sum(v["kept"] for v in st["records"].values())
+                a["api_source"] = st.get("api_source")
+            a["ratios"].append(vals[True] / vals[False])
+            a["on"].append(vals[True])
+            a["off"].append(vals[False])
+            a["deltas"].append(vals[True] - vals[False])
+    out: dict[str, Any] = {}
+    for arm, a in acc.items():
+        q = statistics.quantiles(a["ratios"], n=4)
+        r = {
+            "pairs": pairs, "ratio_median": statistics.median(a["ratios"]), "ratio_q1": q[0], "ratio_q3": q[2],
+            "on_median": statistics.median(a["on"]), "off_median": statistics.median(a["off"]),
+            "delta_median": statistics.median(a["deltas"]), "ratios": a["ratios"], "deltas": a["deltas"],
+        }
+        if PAIRED_ARMS[arm] is not None and a["on_ns"]:
+            r.update({"decode_share": a["decode_ns"] / a["on_ns"], "sink_share": a["sink_ns"] / a["on_ns"],
+                      "decode_ns_per_record": a["decode_ns"] / max(a["records"], 1),
+                      "records_per_block": a["records"] / pairs, "api_source": a["api_source"]})
+        out[arm] = r
+        print(f"  paired {name} {arm:18s}: ratio median {r['ratio_median']:.4f} [IQR {r['ratio_q1']:.4f} .. "
+              f"{r['ratio_q3']:.4f}], on {r['on_median']:.3f} off {r['off_median']:.3f} "
+              f"delta {r['delta_median']:+.3f}" + (f", decode share {r['decode_share']:.3%}" if "decode_share" in r else ""),
+              flush=True)
     return out
 
 
@@ -266,12 +290,16 @@ def run_paired(torch: Any, args: argparse.Namespace, result: dict[str, Any]) -> 
 
     for _ in range(5):
         tiny_block()
+    arms = args.arms.split(",")
+    unknown = [a for a in arms if a not in PAIRED_ARMS]
+    if unknown:
+        raise SystemExit(f"unknown arm(s) {unknown}; choose from {list(PAIRED_ARMS)}")
     res: dict[str, Any] = {}
     if "tiny" not in args.skip:
-        res["tiny_us_per_launch"] = {a: paired("tiny", tiny_block, a, args.pairs) for a in ("perfscope", "torch")}
+        res["tiny_us_per_launch"] = paired("tiny", tiny_block, arms, args.pairs)
     if "transformer" not in args.skip:
-        step = transformer(torch, 4)  # median of 4 steps per block; >= 20 steps per arm over the pairs
-        res["transformer_step_ms"] = {a: paired("step", step, a, max(args.pairs // 2, 6)) for a in ("perfscope", "torch")}
+        step = transformer(torch, 4)  # median of 4 steps per block
+        res["transformer_step_ms"] = paired("step", step, arms, max(args.pairs // 2, 6))
     result["paired"] = res
 
 
@@ -284,6 +312,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--paired", action="store_true", help="paired on/off blocks instead of interleaved rounds")
     ap.add_argument("--pairs", type=int, default=40)
+    ap.add_argument("--arms", default="perfscope,torch",
+                    help=f"--paired: comma-separated arms, from {','.join(PAIRED_ARMS)}")
     args = ap.parse_args(argv)
     import torch
 

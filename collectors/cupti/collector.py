@@ -31,6 +31,12 @@ KINDS: dict[str, tuple[int, ...]] = {
     "overhead": (layouts.KIND_OVERHEAD,),
 }
 DEFAULT_KINDS = ("kernel", "memcpy", "memset", "sync", "runtime", "nvtx")
+#: Where API records come from: ``callback``, the sink's own CUPTI callback for just the
+#: launch/copy/sync ids (falls back to ``activity`` when it cannot subscribe), or
+#: ``activity``, CUPTI's RUNTIME/DRIVER activity kinds filtered per id.
+API_SOURCES = ("callback", "activity")
+DEFAULT_API_SOURCE = "callback"
+_API_DOMAIN = {layouts.KIND_DRIVER: 1, layouts.KIND_RUNTIME: 2}  # CUpti_CallbackDomain
 SUBSCRIBER_NAME = "perfscope"
 ERROR_MULTIPLE_SUBSCRIBERS = 39  # CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED
 
@@ -73,6 +79,13 @@ class CuptiCollector:
         buffer_mb: size of each activity buffer handed to CUPTI.
         max_buffers: buffers CUPTI may hold at once (past it records are dropped and counted).
         max_pending_mb: records waiting in the sink between flushes (past it: dropped, counted).
+        api_source: where ``runtime``/``driver`` records come from: ``callback`` (default;
+            the sink subscribes to CUPTI's callback API for just the kept call ids and
+            makes the records itself, so other API calls cost nothing) or ``activity``
+            (CUPTI's RUNTIME/DRIVER activity kinds, which trace every call and are
+            filtered per id).  ``callback`` falls back to ``activity`` when the subscriber
+            slot is held by an idle Kineto.  Default: ``$PERFSCOPE_CUPTI_API`` or
+            ``callback``.
 
     Attributes:
         clock_offset_ns: add to CUPTI timestamps for Unix-epoch ns; 0 when CUPTI already
@@ -89,6 +102,7 @@ class CuptiCollector:
         buffer_mb: int = 8,
         max_buffers: int = 64,
         max_pending_mb: int = 1024,
+        api_source: str | None = None,
     ) -> None:
         kinds = tuple(kinds)
         unknown = [k for k in kinds if k not in KINDS]
@@ -99,12 +113,18 @@ class CuptiCollector:
         self.buffer_mb = int(buffer_mb)
         self.max_buffers = int(max_buffers)
         self.max_pending_mb = int(max_pending_mb)
+        api_source = api_source or os.environ.get("PERFSCOPE_CUPTI_API") or DEFAULT_API_SOURCE
+        if api_source not in API_SOURCES:
+            raise UsageError(f"unknown CUPTI API-record source {api_source!r}; choose from {list(API_SOURCES)}")
+        self.api_source = api_source
         self.clock_offset_ns = 0
         self.warnings: list[str] = []
         self._cupti_kinds = sorted({k for name in kinds for k in KINDS[name]})
         self._sink: Sink | None = None
         self._enabled: list[int] = []
         self._subscriber: int | None = None
+        self._native_subscriber = False
+        self._api_from_callback = False
         self._lock = threading.Lock()
         self._strings = _STRINGS
         self._markers = decode.MarkerState()
@@ -143,9 +163,11 @@ class CuptiCollector:
                 "stop it first, or record with torch.profiler alone and read its trace with `perfscope import kineto`"
             )
         cupti = _cupti()
-        self._subscribe(cupti)
+        sink = self._open_sink()
+        if not self._subscribe_native(sink):
+            self._subscribe(cupti)
         try:
-            self._start_sink(cupti)
+            self._start_sink(cupti, sink)
         except BaseException:
             self._teardown(cupti)
             raise
@@ -196,13 +218,30 @@ class CuptiCollector:
             "record without it, or use that tool's trace (`perfscope import kineto` reads torch.profiler traces)"
         )
 
-    def _start_sink(self, cupti: Any) -> None:
+    def _open_sink(self) -> Sink:
         sink = Sink()
         path = probe.libcupti_path()
         if path is None:
             raise CuptiUnavailableError("cannot find the libcupti that cupti-python loaded")
         sink.open(path)
         sink.reset()
+        self._sink = sink
+        return sink
+
+    def _subscribe_native(self, sink: Sink) -> bool:
+        """In ``callback`` mode, take the subscriber slot with the sink's API callback.
+
+        Returns:
+            True when the sink holds the slot; False when API records come from the
+            activity kinds (``activity`` mode, no API kind asked for, or the slot is
+            taken: :meth:`_subscribe` then says by whom, or accepts an idle Kineto).
+        """
+        if self.api_source != "callback" or not any(k in _API_DOMAIN for k in self._cupti_kinds):
+            return False
+        self._native_subscriber = self._api_from_callback = sink.subscribe() == 0
+        return self._native_subscriber
+
+    def _start_sink(self, cupti: Any, sink: Sink) -> None:
         sink.configure(self._cupti_kinds)
         sink.set_api_filter(cbids.RUNTIME, cbids.DRIVER)
         sink.set_limits(self.buffer_mb << 20, self.max_buffers, self.max_pending_mb << 20)
@@ -219,6 +258,11 @@ class CuptiCollector:
         if rc != 0:
             raise CuptiUnavailableError(f"cuptiActivityRegisterCallbacks failed (CUPTI error {rc})")
         for k in self._cupti_kinds:
+            if self._native_subscriber and k in _API_DOMAIN:
+                refused = sink.enable_api(_API_DOMAIN[k], cbids.RUNTIME if k == layouts.KIND_RUNTIME else cbids.DRIVER)
+                if refused:
+                    self.warnings.append(f"CUPTI refused the API callback for {refused} {layouts.LAYOUTS[k].name} call ids")
+                continue
             try:
                 cupti.activity_enable(k)
             except cupti.cuptiError as e:
@@ -342,6 +386,9 @@ class CuptiCollector:
             except Exception:  # noqa: BLE001
                 pass
         self._enabled = []
+        if self._native_subscriber and self._sink is not None:
+            self._sink.unsubscribe()
+            self._native_subscriber = False
         if self._subscriber is not None:
             try:
                 cupti.unsubscribe(self._subscriber)
@@ -368,6 +415,8 @@ class CuptiCollector:
             "rows": dict(self._rows),
             "records": records,
             "api_filtered": int(s["api_filtered"]),  # type: ignore[arg-type]
+            "api_source": "callback" if self._api_from_callback else "activity",
+            "api_callback": self._sink.api_stats(),
             "dropped": {
                 "cupti": int(s["dropped_cupti"]), "sink": int(s["dropped_sink"]),  # type: ignore[arg-type]
                 "buffers_refused": int(s["buffers_refused"]),  # type: ignore[arg-type]

@@ -91,6 +91,11 @@ def load() -> ctypes.CDLL:
         "ps_feed_plain": (None, [u8p, ctypes.c_size_t]),
         "ps_test_request": (None, [ctypes.POINTER(u8p), ctypes.POINTER(ctypes.c_size_t)]),
         "ps_test_complete": (None, [u8p, ctypes.c_size_t, ctypes.c_size_t]),
+        "ps_subscribe": (ctypes.c_int, []),
+        "ps_enable_api": (ctypes.c_int, [ctypes.c_int, ctypes.POINTER(ctypes.c_uint32), ctypes.c_size_t]),
+        "ps_unsubscribe": (ctypes.c_int, []),
+        "ps_api_stats": (None, [u64p]),
+        "ps_test_api_call": (None, [ctypes.c_int, ctypes.c_uint32, ctypes.c_uint32, ctypes.c_int32]),
     }
     for name, (res, args) in sigs.items():
         fn = getattr(lib, name)
@@ -195,6 +200,40 @@ class Sink:
 
     def reset(self) -> None:
         self.lib.ps_reset()
+
+    # -- API records through CUPTI's callback API (see sink.c) --
+    def subscribe(self) -> int:
+        """Take CUPTI's subscriber slot with the sink's API callback.
+
+        Returns:
+            The CUptiResult: 0, 39 when another client holds the slot, or -1 when the
+            loaded libcupti lacks the callback API.
+        """
+        return int(self.lib.ps_subscribe())
+
+    def enable_api(self, domain: int, cbids: Iterable[int]) -> int:
+        """Turn the callback on for these ids of ``domain`` (1 driver, 2 runtime).
+
+        Returns:
+            How many ids CUPTI refused.
+        """
+        ids = sorted(set(cbids))
+        arr = (ctypes.c_uint32 * len(ids))(*ids)
+        return int(self.lib.ps_enable_api(domain, arr, len(ids)))
+
+    def unsubscribe(self) -> int:
+        """Give the subscriber slot back; returns the CUptiResult."""
+        return int(self.lib.ps_unsubscribe())
+
+    def api_stats(self) -> dict[str, int]:
+        """``api_records`` made by the callback and ``api_dropped`` (staging full)."""
+        out = (ctypes.c_uint64 * 2)()
+        self.lib.ps_api_stats(out)
+        return {"api_records": int(out[0]), "api_dropped": int(out[1])}
+
+    def test_api_call(self, domain: int, cbid: int, correlation_id: int, ret: int = 0) -> None:
+        """Run the API callback's enter and exit for one call, as CUPTI would (tests)."""
+        self.lib.ps_test_api_call(domain, cbid, correlation_id, ret)
 
     def feed_plain(self, buffer: bytes | np.ndarray) -> None:
         """Process a buffer of end-to-end records as if CUPTI had completed it (tests)."""

@@ -29,7 +29,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #define PS_EXPORT __attribute__((visibility("default")))
 
@@ -42,6 +44,13 @@ static CUptiResult (*p_next)(uint8_t *, size_t, void **);
 static CUptiResult (*p_dropped)(void *, uint32_t, size_t *);
 static CUptiResult (*p_flush_all)(uint32_t);
 static CUptiResult (*p_timestamp)(uint64_t *);
+
+/* Callback API (API records made here instead of by the RUNTIME/DRIVER activity kinds). */
+typedef void *ps_subscriber_t;
+typedef void (*ps_cb_fn)(void *userdata, int domain, uint32_t cbid, const void *cbdata);
+static CUptiResult (*p_subscribe)(ps_subscriber_t *, ps_cb_fn, void *);
+static CUptiResult (*p_unsubscribe)(ps_subscriber_t);
+static CUptiResult (*p_enable_callback)(uint32_t, ps_subscriber_t, int, uint32_t);
 
 #define PS_MAX_KIND 64
 #define PS_KIND_DRIVER 4
@@ -259,6 +268,110 @@ static void buffer_completed(void *ctx, uint32_t stream, uint8_t *buffer, size_t
     pthread_mutex_unlock(&g_mu);
 }
 
+
+/* ------------------------- API records from CUPTI's callback API -------------------------
+ * With the RUNTIME/DRIVER activity kinds CUPTI makes a record for every API call and the
+ * per-callback-id switches only drop them afterwards.  Instead the sink can subscribe to
+ * CUPTI's callback API for just the ids it keeps and write CUpti_ActivityAPI-shaped
+ * records itself (kind, cbid, start, end, processId, threadId, correlationId,
+ * returnValue; 40 bytes), so the decoder is the same.  The correlation id is CUPTI's own,
+ * the one kernel and copy records carry; timestamps come from cuptiGetTimestamp, the
+ * clock of every other record.
+ *
+ * The callback runs on the launching thread: it takes only g_cb_mu, never g_mu (which a
+ * buffer walk holds for milliseconds), and appends to a staging bucket that the drain
+ * functions move into the kind's bucket. */
+#define PS_DOMAIN_DRIVER 1
+#define PS_DOMAIN_RUNTIME 2
+#define PS_API_REC 40
+
+typedef struct {
+    int site;                    /* CUpti_ApiCallbackSite: 0 enter, 1 exit */
+    const char *function_name;
+    const void *function_params;
+    void *function_return_value;
+    const char *symbol_name;
+    void *context;
+    uint32_t context_uid;
+    uint64_t *correlation_data;
+    uint32_t correlation_id;
+} ps_cbdata_t;                   /* CUpti_CallbackData (cupti_callbacks.h) */
+
+static pthread_mutex_t g_cb_mu = PTHREAD_MUTEX_INITIALIZER;
+static bucket_t g_stage[2];      /* [0] driver, [1] runtime: records not yet moved */
+static uint64_t g_cb_records = 0, g_cb_dropped = 0;
+static ps_subscriber_t g_subscriber = NULL;
+static __thread uint32_t t_tid;
+static uint32_t g_pid;
+
+static uint64_t api_timestamp(void) {
+    uint64_t t = 0;
+    if (p_timestamp && p_timestamp(&t) == 0) return t;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void api_callback(void *userdata, int domain, uint32_t cbid, const void *cbdata) {
+    (void)userdata;
+    if (domain != PS_DOMAIN_DRIVER && domain != PS_DOMAIN_RUNTIME) return;
+    const ps_cbdata_t *d = (const ps_cbdata_t *)cbdata;
+    if (d->site == 0) { /* enter: CUPTI keeps this per-call slot until the exit callback */
+        if (d->correlation_data) *d->correlation_data = api_timestamp();
+        return;
+    }
+    uint64_t end = api_timestamp();
+    uint64_t start = d->correlation_data ? *d->correlation_data : end;
+    if (!t_tid) t_tid = (uint32_t)syscall(SYS_gettid);
+    int32_t kind = domain == PS_DOMAIN_RUNTIME ? PS_KIND_RUNTIME : PS_KIND_DRIVER;
+    int32_t ret = d->function_return_value ? *(const int32_t *)d->function_return_value : 0;
+    uint8_t rec[PS_API_REC];
+    memcpy(rec, &kind, 4);
+    memcpy(rec + 4, &cbid, 4);
+    memcpy(rec + 8, &start, 8);
+    memcpy(rec + 16, &end, 8);
+    memcpy(rec + 24, &g_pid, 4);
+    memcpy(rec + 28, &t_tid, 4);
+    memcpy(rec + 32, &d->correlation_id, 4);
+    memcpy(rec + 36, &ret, 4);
+    bucket_t *b = &g_stage[domain == PS_DOMAIN_RUNTIME];
+    pthread_mutex_lock(&g_cb_mu);
+    /* bounded like the buckets (g_bucket_limit is read without g_mu: a stale value only
+     * moves the bound by one limit change) */
+    if (b->len + PS_API_REC > g_bucket_limit || grow((void **)&b->data, &b->cap, b->len + PS_API_REC, 1) != 0) {
+        g_cb_dropped++;
+    } else {
+        memcpy(b->data + b->len, rec, PS_API_REC);
+        b->len += PS_API_REC;
+        g_cb_records++;
+    }
+    pthread_mutex_unlock(&g_cb_mu);
+}
+
+/* Move staged callback records of `kind` into its bucket (caller holds neither lock). */
+static void merge_stage(int kind) {
+    if (kind != PS_KIND_RUNTIME && kind != PS_KIND_DRIVER) return;
+    bucket_t *st = &g_stage[kind == PS_KIND_RUNTIME];
+    pthread_mutex_lock(&g_cb_mu);
+    if (!st->len) { pthread_mutex_unlock(&g_cb_mu); return; }
+    pthread_mutex_lock(&g_mu); /* order: g_cb_mu, then g_mu (nothing takes them the other way) */
+    bucket_t *b = &g_bucket[kind];
+    size_t n = st->len;
+    if (!b->enabled || b->rec_size != PS_API_REC || g_bucket_bytes + n > g_bucket_limit ||
+        grow((void **)&b->data, &b->cap, b->len + n, 1) != 0) {
+        g_dropped_sink += n / PS_API_REC;
+    } else {
+        memcpy(b->data + b->len, st->data, n);
+        b->len += n;
+        g_bucket_bytes += n;
+        g_seen[kind] += n / PS_API_REC;
+        g_kept[kind] += n / PS_API_REC;
+    }
+    st->len = 0;
+    pthread_mutex_unlock(&g_mu);
+    pthread_mutex_unlock(&g_cb_mu);
+}
+
 /* ------------------------------------ exported API ------------------------------------ */
 
 /* Resolve CUPTI entry points from `path` (already loaded by cupti-python, so dlopen
@@ -275,6 +388,9 @@ PS_EXPORT int ps_open(const char *path) {
     p_dropped = (CUptiResult(*)(void *, uint32_t, size_t *))dlsym(h, "cuptiActivityGetNumDroppedRecords");
     p_flush_all = (CUptiResult(*)(uint32_t))dlsym(h, "cuptiActivityFlushAll");
     p_timestamp = (CUptiResult(*)(uint64_t *))dlsym(h, "cuptiGetTimestamp");
+    p_subscribe = (CUptiResult(*)(ps_subscriber_t *, ps_cb_fn, void *))dlsym(h, "cuptiSubscribe");
+    p_unsubscribe = (CUptiResult(*)(ps_subscriber_t))dlsym(h, "cuptiUnsubscribe");
+    p_enable_callback = (CUptiResult(*)(uint32_t, ps_subscriber_t, int, uint32_t))dlsym(h, "cuptiEnableCallback");
     if (!p_register || !p_next || !p_flush_all) {
         snprintf(g_error, sizeof g_error, "%s lacks cuptiActivityRegisterCallbacks/GetNextRecord/FlushAll", path);
         p_register = NULL; p_next = NULL; p_flush_all = NULL;
@@ -344,6 +460,7 @@ PS_EXPORT int ps_timestamp(uint64_t *out) {
 /* Bytes waiting in kind's bucket. */
 PS_EXPORT size_t ps_pending(int kind) {
     if (kind <= 0 || kind >= PS_MAX_KIND) return 0;
+    merge_stage(kind);
     pthread_mutex_lock(&g_mu);
     size_t n = g_bucket[kind].len;
     pthread_mutex_unlock(&g_mu);
@@ -353,6 +470,7 @@ PS_EXPORT size_t ps_pending(int kind) {
 /* Move up to `cap` bytes (whole records) of kind's bucket into dst; returns bytes moved. */
 PS_EXPORT size_t ps_take(int kind, uint8_t *dst, size_t cap) {
     if (kind <= 0 || kind >= PS_MAX_KIND) return 0;
+    merge_stage(kind);
     pthread_mutex_lock(&g_mu);
     bucket_t *b = &g_bucket[kind];
     size_t n = b->len < cap ? b->len : cap;
@@ -372,6 +490,7 @@ PS_EXPORT size_t ps_take(int kind, uint8_t *dst, size_t cap) {
 PS_EXPORT size_t ps_take_columns(int kind, int nf, const size_t *offs, const size_t *sizes, void **outs,
                                  size_t max_records) {
     if (kind <= 0 || kind >= PS_MAX_KIND) return 0;
+    merge_stage(kind);
     pthread_mutex_lock(&g_mu);
     bucket_t *b = &g_bucket[kind];
     size_t rs = b->rec_size;
@@ -448,6 +567,9 @@ PS_EXPORT int ps_stats(uint64_t *out, int n) {
 
 /* Forget configuration, buckets and counters (the string table stays: ids are global). */
 PS_EXPORT void ps_reset(void) {
+    pthread_mutex_lock(&g_cb_mu);
+    g_stage[0].len = g_stage[1].len = 0;
+    g_cb_records = g_cb_dropped = 0;
     pthread_mutex_lock(&g_mu);
     for (int k = 0; k < PS_MAX_KIND; k++) {
         g_bucket_bytes -= g_bucket[k].len;
@@ -460,6 +582,7 @@ PS_EXPORT void ps_reset(void) {
     g_api_filtered = g_dropped_cupti = g_dropped_sink = 0;
     g_buffers_done = g_buffers_null = g_valid_bytes = g_cb_ns = g_cb_ns_max = 0;
     pthread_mutex_unlock(&g_mu);
+    pthread_mutex_unlock(&g_cb_mu);
 }
 
 /* Tests: one buffer_requested() / buffer_completed() round, as CUPTI makes it. */
@@ -477,4 +600,52 @@ PS_EXPORT void ps_feed_plain(uint8_t *buffer, size_t valid) {
     pthread_mutex_lock(&g_mu);
     process(NULL, 0, buffer, valid, 0);
     pthread_mutex_unlock(&g_mu);
+}
+
+/* Subscribe the sink's API callback (CUPTI's one subscriber slot).  Returns the
+ * CUptiResult (39: the slot is taken), or -1 when ps_open() found no callback API. */
+PS_EXPORT int ps_subscribe(void) {
+    if (!p_subscribe || !p_enable_callback || !p_unsubscribe) return -1;
+    if (g_subscriber) return 0;
+    g_pid = (uint32_t)getpid();
+    return p_subscribe(&g_subscriber, api_callback, NULL);
+}
+
+/* Enable the callback for each id of `domain` (1 driver, 2 runtime); returns how many
+ * CUPTI refused. */
+PS_EXPORT int ps_enable_api(int domain, const uint32_t *cbids, size_t n) {
+    if (!g_subscriber) return (int)n;
+    int refused = 0;
+    for (size_t i = 0; i < n; i++)
+        if (p_enable_callback(1, g_subscriber, domain, cbids[i]) != 0) refused++;
+    return refused;
+}
+
+/* Give the subscriber slot back (CUPTI disables its callbacks). */
+PS_EXPORT int ps_unsubscribe(void) {
+    if (!g_subscriber) return 0;
+    int rc = p_unsubscribe(g_subscriber);
+    g_subscriber = NULL;
+    return rc;
+}
+
+/* Counters of the callback path: records made, records dropped (staging full). */
+PS_EXPORT void ps_api_stats(uint64_t *out) {
+    pthread_mutex_lock(&g_cb_mu);
+    out[0] = g_cb_records;
+    out[1] = g_cb_dropped;
+    pthread_mutex_unlock(&g_cb_mu);
+}
+
+/* Tests: one API call's enter and exit callbacks, as CUPTI makes them. */
+PS_EXPORT void ps_test_api_call(int domain, uint32_t cbid, uint32_t correlation_id, int32_t ret) {
+    uint64_t slot = 0;
+    ps_cbdata_t d = {0};
+    d.correlation_data = &slot;
+    d.correlation_id = correlation_id;
+    d.function_return_value = &ret;
+    if (!g_pid) g_pid = (uint32_t)getpid();
+    api_callback(NULL, domain, cbid, &d);
+    d.site = 1;
+    api_callback(NULL, domain, cbid, &d);
 }

@@ -7,6 +7,8 @@ with "Duplicate GPU detected").  Used by tests/gpu/test_nccl_plugin_gpu.py and b
     python tests/gpu/nccl_plugin_job.py --nranks 2 --mode workload --out /tmp/nccl2 \\
         --plugin collectors/nccl/libperfscope_nccl*.so --level 3
     python tests/gpu/nccl_plugin_job.py --nranks 2 --mode overhead --out /tmp/ovh --plugin ...
+    perfscope record -o RUN -- torchrun --standalone --nproc-per-node 4 \
+        tests/gpu/nccl_plugin_job.py --mode workload --out /tmp/nccl4   # the recorder sets the plugin
 
 ``workload`` makes every rank call all_reduce, all_gather, reduce_scatter, broadcast (two
 roots), a send/recv ring and barrier at several sizes, and writes the calls it made to
@@ -27,7 +29,7 @@ from pathlib import Path
 SIZES_BYTES = (1 << 10, 64 << 10, 1 << 20)
 
 
-def _rank_main(rank: int, args: argparse.Namespace, port: int) -> None:
+def _rank_main(rank: int, args: argparse.Namespace, port: int | None) -> None:
     os.environ.update({
         "NCCL_HOSTID": f"host{rank}",
         "NCCL_SOCKET_IFNAME": "lo",
@@ -45,7 +47,7 @@ def _rank_main(rank: int, args: argparse.Namespace, port: int) -> None:
 
     torch.cuda.set_device(0)
     dist.init_process_group(
-        "nccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=args.nranks,
+        "nccl", init_method=f"tcp://127.0.0.1:{port}" if port else "env://", rank=rank, world_size=args.nranks,
         device_id=torch.device("cuda", 0),
     )
     if args.mode == "workload":
@@ -141,6 +143,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.plugin:
         args.plugin = str(Path(args.plugin).resolve())
     Path(args.out).mkdir(parents=True, exist_ok=True)
+    if "LOCAL_RANK" in os.environ and "WORLD_SIZE" in os.environ:  # one rank of torchrun's
+        args.nranks = int(os.environ["WORLD_SIZE"])
+        _rank_main(int(os.environ["RANK"]), args, None)
+        return 0
     import torch.multiprocessing as mp
 
     mp.start_processes(_rank_main, args=(args, args.port), nprocs=args.nranks, start_method="spawn")

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from perfscope.collectors.cupti import CuptiCollector, available, nvtx_injection_env
+from perfscope.collectors.cupti import DEFAULT_KINDS, CuptiCollector, available, nvtx_injection_env
 from perfscope.collectors.cupti.probe import ClockCheck, check_clock
 from perfscope.errors import CuptiUnavailableError, UsageError
 
@@ -56,3 +56,35 @@ def test_clock_check_epoch_and_offset() -> None:
     assert c == ClockCheck(0, True, c.bracket_ns, c.error_ns)
     off = check_clock(lambda: time.clock_gettime_ns(time.CLOCK_REALTIME) - 5_000_000_000)
     assert not off.epoch and abs(off.offset_ns - 5_000_000_000) < 50_000_000
+
+
+class _FakeSink:
+    def __init__(self, rc: int) -> None:
+        self.rc, self.calls = rc, 0
+
+    def subscribe(self) -> int:
+        self.calls += 1
+        return self.rc
+
+
+@pytest.mark.parametrize(("source", "kinds", "rc", "native"), [
+    ("callback", DEFAULT_KINDS, 0, True),
+    ("callback", DEFAULT_KINDS, 39, False),  # slot held: the activity kinds take the API records
+    ("callback", ("kernel", "memcpy"), 0, False),  # no API kind asked for: nothing to subscribe
+    ("activity", DEFAULT_KINDS, 0, False),
+])
+def test_api_records_come_from_the_callback_when_the_sink_can_subscribe(source, kinds, rc, native) -> None:
+    coll = CuptiCollector(_Writer(), kinds=kinds, api_source=source)
+    fake = _FakeSink(rc)
+    assert coll._subscribe_native(fake) is native
+    assert coll._native_subscriber is native and coll._api_from_callback is native
+    assert fake.calls == (1 if source == "callback" and "runtime" in kinds else 0)
+
+
+def test_api_source_from_environment_and_bad_value(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PERFSCOPE_CUPTI_API", "activity")
+    assert CuptiCollector(_Writer()).api_source == "activity"
+    monkeypatch.delenv("PERFSCOPE_CUPTI_API")
+    assert CuptiCollector(_Writer()).api_source == "callback"
+    with pytest.raises(UsageError, match="API-record source"):
+        CuptiCollector(_Writer(), api_source="sometimes")

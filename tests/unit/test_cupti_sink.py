@@ -157,3 +157,71 @@ def test_string_table_is_bounded(sink) -> None:
     finally:
         sink.set_limits(0, 0, 1 << 30)
         sink.reset()
+
+
+def test_api_callback_records_decode_like_activity_records(sink) -> None:
+    """Records the sink makes in CUPTI's API callback have the CUpti_ActivityAPI layout:
+    the same decoder reads them, with the call's correlation id, thread and return value."""
+    import os
+    import threading
+    import time
+
+    sink.reset()
+    sink.configure([layouts.KIND_RUNTIME, layouts.KIND_DRIVER])
+    launch = next(k for k, v in cbids.RUNTIME.items() if v == "cudaLaunchKernel")
+    sync = next(k for k, v in cbids.DRIVER.items() if v == "cuCtxSynchronize")
+    before = time.time_ns()
+    sink.test_api_call(2, launch, 41)
+    sink.test_api_call(2, launch, 42, ret=700)
+    tids: list[int] = []
+
+    def other_thread() -> None:
+        tids.append(threading.get_native_id())
+        sink.test_api_call(1, sync, 43)
+
+    t = threading.Thread(target=other_thread)
+    t.start()
+    t.join()
+    after = time.time_ns()
+    rt = decode.records(sink.take(layouts.KIND_RUNTIME), layouts.API)
+    drv = decode.records(sink.take(layouts.KIND_DRIVER), layouts.API)
+    assert rt["kind"].tolist() == [layouts.KIND_RUNTIME] * 2 and drv["kind"].tolist() == [layouts.KIND_DRIVER]
+    assert rt["cbid"].tolist() == [launch, launch] and drv["cbid"].tolist() == [sync]
+    assert rt["correlation_id"].tolist() == [41, 42] and drv["correlation_id"].tolist() == [43]
+    assert rt["return_value"].tolist() == [0, 700]
+    assert set(rt["process_id"].tolist()) == {os.getpid()}
+    assert set(rt["thread_id"].tolist()) == {threading.get_native_id()} and drv["thread_id"].tolist() == tids
+    # no libcupti here: CLOCK_REALTIME, the clock CUPTI stamps with on Linux
+    for r in (rt, drv):
+        assert (r["start"] <= r["end"]).all() and r["start"].min() >= before and r["end"].max() <= after
+    stats = sink.stats()
+    assert stats["seen"][layouts.KIND_RUNTIME] == 2 and stats["kept"][layouts.KIND_DRIVER] == 1
+    assert sink.api_stats() == {"api_records": 3, "api_dropped": 0}
+
+
+def test_api_callback_records_need_a_configured_kind_and_respect_the_limit(sink) -> None:
+    sink.reset()
+    sink.configure([layouts.KIND_CONCURRENT_KERNEL])  # runtime not configured: records go nowhere
+    sink.test_api_call(2, 211, 1)
+    assert sink.take(layouts.KIND_RUNTIME).size == 0
+    assert sink.stats()["dropped_sink"] == 1
+    sink.reset()
+    sink.configure([layouts.KIND_RUNTIME])
+    sink.set_limits(0, 0, 3 * layouts.API.itemsize)
+    try:
+        for corr in range(5):
+            sink.test_api_call(2, 211, corr)
+        assert sink.api_stats() == {"api_records": 3, "api_dropped": 2}
+        got = decode.records(sink.take(layouts.KIND_RUNTIME), layouts.API)
+        assert got["correlation_id"].tolist() == [0, 1, 2]
+    finally:
+        sink.set_limits(0, 0, 1 << 30)
+        sink.reset()
+
+
+
+def test_subscribe_needs_cuptis_callback_api(sink) -> None:
+    # ps_open() was never given a libcupti here, so there is no cuptiSubscribe to call
+    assert sink.subscribe() == -1
+    assert sink.enable_api(2, [211, 13]) == 2  # not subscribed: every id refused
+    assert sink.unsubscribe() == 0

@@ -119,3 +119,35 @@ def test_bandwidth_from_the_analyzer(recorded: tuple[Path, object]) -> None:
     assert len(big) == len(run.ranks) and (big["busbw_gbps"] > 0).all()
     # Every operation was matched across all ranks on (comm_id, func, seq).
     assert (out["matched_ranks"] == len(run.ranks)).all()
+
+
+RECORD_RUN = DATA / "h200" / "nccl_record_2rank.perfscope"
+
+
+def test_run_recorded_through_perfscope_record_lists_every_call() -> None:
+    """`perfscope record -- torchrun --nproc-per-node 2 tests/gpu/nccl_plugin_job.py --mode
+    workload` on the H200 (the recorder set NCCL_PROFILER_PLUGIN itself; CUPTI, host hooks
+    and NVML ran beside it): every call of every rank is a collectives row, each with its
+    channel rows and its NCCL kernel from CUPTI, and the analysis matches them across ranks."""
+    run = open_run(RECORD_RUN)
+    assert run.meta["source"] == "record" and run.meta["status"] == "complete" and run.ranks == [0, 1]
+    coll = run.table("collectives")
+    for rank in run.ranks:
+        calls = json.loads((RECORD_RUN / f"calls-rank{rank}.json").read_text())
+        mine = coll[coll["rank"] == rank]
+        got = [(r.func, int(r.bytes), None if pd.isna(r.root) else int(r.root), None if pd.isna(r.peer) else int(r.peer))
+               for r in mine.itertuples()]
+        assert sorted(got, key=str) == sorted(expected_ops(calls), key=str)
+    assert (coll["source"] == "nccl_plugin").all() and (coll["dur_ns"] > 0).all()
+    ch = run.table("nccl_channels")
+    assert len(ch.groupby(["rank", "func", "seq"], observed=True)) == len(coll)
+    # CUPTI saw one NCCL kernel per collective call (Send and Recv of a group share one).
+    kernels = run.table("kernels")
+    nccl = kernels[kernels["name"].str.startswith("ncclDevKernel")]
+    for rank in run.ranks:
+        mine = coll[coll["rank"] == rank]
+        calls_launched = len(mine[~mine["func"].isin(["Send", "Recv"])]) + len(mine[mine["func"] == "Send"])
+        assert len(nccl[nccl["rank"] == rank]) == calls_launched
+    collectives = pytest.importorskip("perfscope.analyzers.collectives")
+    out = collectives.analyze_collectives(coll, world_size=2)
+    assert (out["matched_ranks"] == 2).all()
