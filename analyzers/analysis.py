@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from perfscope.analyzers.breakdown import EMPTY, breakdown, post_sync_idle
+from perfscope.analyzers.breakdown import EMPTY, breakdown, bucket_columns, by_rank_sorted, post_sync_idle_columns, with_columns
 from perfscope.analyzers.classify import COMMUNICATION, MEMORY, codes_and_names, copy_is_pcie, hta_is_computation, kernel_kind, name_matches, name_values
 from perfscope.analyzers.collectives import analyze_collectives, collectives_from_kernels
 from perfscope.analyzers.config import AnalysisConfig
@@ -70,15 +70,30 @@ RANK_TABLES: tuple[str, ...] = ("kernels", "memcpy", "memset", "sync", "api", "m
 
 
 def _read(run: Any, name: str, ranks: list[int] | None) -> pd.DataFrame:
+    """Table ``name`` of ``ranks`` with the columns of :data:`COLUMNS`; rows without a start
+    dropped, ``start_ns``/``dur_ns`` int64 (a missing or negative duration is 0)."""
     df = run.table(name, ranks=ranks, columns=COLUMNS[name])
-    if "start_ns" in df.columns and len(df):
+    if "start_ns" in df.columns and len(df) and not _plain_times(df):
         if df["start_ns"].hasnans:  # only nullable columns can; filtering copies every column
             df = df[df["start_ns"].notna()]
         dur = df["dur_ns"] if "dur_ns" in df.columns else None
         if dur is not None and dur.hasnans:
             dur = dur.fillna(0)
         df = df.assign(start_ns=as_i64(df["start_ns"]), dur_ns=np.maximum(as_i64(dur), 0) if dur is not None else 0)
-    return df.reset_index(drop=True)
+    ix = df.index  # the store's reader gives a RangeIndex from 0 already: no copy then
+    return df if isinstance(ix, pd.RangeIndex) and ix.start == 0 and ix.step == 1 else df.reset_index(drop=True)
+
+
+def _plain_times(df: pd.DataFrame) -> bool:
+    """True when ``start_ns`` and ``dur_ns`` are int64 numpy columns (no nulls) and no
+    duration is negative: what the store gives; the frame needs no fixing then."""
+    i64 = np.dtype(np.int64)
+    if "dur_ns" not in df.columns or df["start_ns"].dtype != i64 or df["dur_ns"].dtype != i64:
+        return False
+    return int(df["dur_ns"].to_numpy().min()) >= 0
+
+
+_RELEASE_BYTES = 64 << 20
 
 
 def _release_arrow_memory() -> None:
@@ -87,7 +102,9 @@ def _release_arrow_memory() -> None:
     try:
         import pyarrow as pa
 
-        pa.default_memory_pool().release_unused()
+        pool = pa.default_memory_pool()
+        if pool.max_memory() >= _RELEASE_BYTES:  # a small run's few MiB are not worth the call
+            pool.release_unused()
     except (ImportError, AttributeError):  # an old pyarrow: the memory is only kept longer
         pass
 
@@ -103,6 +120,7 @@ class _GlobalCodes:
     def __init__(self) -> None:
         self.index: dict[str, int] = {}
         self.names: list[str] = []
+        self._dtype: pd.CategoricalDtype | None = None  # over ``names``, until a name is added
 
     def recode(self, col: pd.Series) -> pd.Series:
         """Return ``col`` as a categorical over every name seen so far (same index)."""
@@ -111,19 +129,24 @@ class _GlobalCodes:
         else:
             codes, cats = pd.factorize(col)
         codes = np.asarray(codes, dtype=np.int64)
+        cat_names = [str(x) for x in np.asarray(cats, dtype=object)]
         present = pd.unique(codes)
         for c in present[present >= 0]:  # in order of first appearance
-            name = str(cats[c])
+            name = cat_names[c]
             if name not in self.index:
                 self.index[name] = len(self.names)
                 self.names.append(name)
+                self._dtype = None
         mapping = np.full(len(cats) + 1, -1, dtype=np.int64)  # the last entry maps null (-1) to null
-        mapping[: len(cats)] = [self.index.get(str(x), -1) for x in cats]
-        return pd.Series(pd.Categorical.from_codes(mapping[codes], categories=pd.Index(self.names, dtype=object)), index=col.index)
+        mapping[: len(cats)] = [self.index.get(x, -1) for x in cat_names]
+        return pd.Series(self.categorical(mapping[codes]), index=col.index)
 
     def categorical(self, codes: np.ndarray) -> pd.Categorical:
         """A categorical over every name seen, from global codes (-1 for null)."""
-        return pd.Categorical.from_codes(codes, categories=pd.Index(self.names, dtype=object))
+        if self._dtype is None:
+            self._dtype = pd.CategoricalDtype(pd.Index(self.names, dtype=object))
+        # The codes come from recode(): in range by construction, so no validation pass.
+        return pd.Categorical.from_codes(codes, dtype=self._dtype, validate=False)
 
 
 LAYER_COMPUTE, LAYER_COMM, LAYER_PCIE = 0, 1, 2
@@ -144,12 +167,12 @@ def _gpu_events(kernels: pd.DataFrame, kinds: np.ndarray, memcpy: pd.DataFrame, 
     def part(df: pd.DataFrame, layer: np.ndarray | int, hta_compute: np.ndarray | bool) -> dict[str, Any]:
         st = as_i64(df["start_ns"])
         n = len(df)
-        return {
-            "rank": df["rank"].to_numpy(dtype=np.int64), "start_ns": st, "end_ns": st + as_i64(df["dur_ns"]),
-            "correlation": as_key(df["correlation"]),
-            "layer": np.broadcast_to(np.asarray(layer, dtype=np.int8), (n,)),
-            "hta_compute": np.broadcast_to(np.asarray(hta_compute, dtype=bool), (n,)),
-        }
+        p = {"rank": df["rank"].to_numpy(dtype=np.int64), "start_ns": st, "end_ns": st + as_i64(df["dur_ns"])}
+        if launch is None:
+            p["correlation"] = as_key(df["correlation"])
+        p["layer"] = np.broadcast_to(np.asarray(layer, dtype=np.int8), (n,))
+        p["hta_compute"] = np.broadcast_to(np.asarray(hta_compute, dtype=bool), (n,))
+        return p
 
     parts = [part(kernels, k_layer, hta_is_computation(kernels["name"]))]
     if len(memcpy):
@@ -161,7 +184,6 @@ def _gpu_events(kernels: pd.DataFrame, kinds: np.ndarray, memcpy: pd.DataFrame, 
         for p, (found, start) in zip(parts, used):
             # The launching call replaces the correlation id (all it was needed for).
             p["launched"], p["launch_ns"] = found, start
-            del p["correlation"]
     if len(parts) == 1:
         cols = {c: np.ascontiguousarray(v) for c, v in parts[0].items()}  # materialises the broadcasts only
     else:
@@ -238,14 +260,16 @@ def _rank_pass(run: Any, r: int, cfg: AnalysisConfig, comm_corr: np.ndarray | No
         out["summary"].append(row)
     if len(k):
         out["kernels"].append(top_kernels(k, kinds, top_n=cfg.top_kernels))
-        out["launch"].append(launch_row(r, k, api, gpu, cfg.launch, (k_found, k_pos)))
+        win = sr.windows
+        out["launch"].append(launch_row(r, k, api, gpu, cfg.launch, (k_found, k_pos),
+                                        (as_i64(win["start_ns"]), as_i64(win["end_ns"])) if len(win) else None))
         comm = kinds == COMMUNICATION
         if comm.any():
             out["comm_kernels"].append((k["rank"].to_numpy()[comm], k["start_ns"].to_numpy()[comm],
                                         k["dur_ns"].to_numpy()[comm], k["name"].cat.codes.to_numpy()[comm]))
     memcpy = t["memcpy"]
     if len(memcpy):
-        out["copies"].append(_copy_summary(memcpy.assign(copy_kind=copy_kinds.recode(memcpy["copy_kind"]))))
+        out["copies"].append(_copy_summary(memcpy, copy_kinds.recode(memcpy["copy_kind"])))
 
     # Host spans that block on others (syncs, barriers) and data-loader waits: the host
     # hook's dataloader_wait spans, and (imported traces) "enumerate(DataLoader)#...__next__".
@@ -318,7 +342,7 @@ def analyze_run(run: Any, config: AnalysisConfig | None = None, progress: Progre
     coll_raw = _read(run, "collectives", ranks)
     # Correlation ids are per process: each rank's kernels are matched against its own ids.
     comm_corr = (
-        {int(r): as_key(g["correlation"]) for r, g in coll_raw.groupby("rank", sort=False)} if len(coll_raw) else {}
+        {r: as_key(g["correlation"]) for r, g in split_by_rank(coll_raw).items()} if len(coll_raw) else {}
     )
     comm_names = set(codes_and_names(coll_raw["kernel_name"])[1]) - {""} if len(coll_raw) else None
 
@@ -372,12 +396,14 @@ def analyze_run(run: Any, config: AnalysisConfig | None = None, progress: Progre
             ws = as_i64(w["start_ns"])
             wait = (ws, ws + as_i64(w["wait_ns"]))
         L = {**p.layers, "comm_wait": wait}
-        st = breakdown(p.windows, {r: L})
         busy = merge(*_cat([L["compute"], L["comm"], L["pcie"]]))
-        # One sync is often seen twice (CUPTI's sync record and the runtime call): merge.
-        parts.append(st.join(post_sync_idle(st, busy, merge(*L["host_sync"]))))
+        for _, w in by_rank_sorted(p.windows):  # the rank's windows, ordered as breakdown() orders them
+            ws, we = w["start_ns"].to_numpy(), w["end_ns"].to_numpy()
+            # One sync is often seen twice (CUPTI's sync record and the runtime call): merge.
+            calls, idle = post_sync_idle_columns(ws, we, busy, merge(*L["host_sync"]))
+            parts.append(with_columns(w, {**bucket_columns(ws, we, L), "sync_calls": calls, "post_sync_idle_ns": idle}))
     if parts:
-        steps = pd.concat(parts, ignore_index=True)
+        steps = _concat(parts)
     else:
         from perfscope.analyzers.steps import WINDOW_COLUMNS, _empty
 
@@ -387,9 +413,9 @@ def analyze_run(run: Any, config: AnalysisConfig | None = None, progress: Progre
 
     say("summarising GPU time")
     summary = summary_frame(out["summary"])
-    kern = pd.concat(out["kernels"], ignore_index=True) if out["kernels"] else top_kernels(_read(run, "kernels", []), np.zeros(0, object))
+    kern = _concat(out["kernels"]) if out["kernels"] else top_kernels(_read(run, "kernels", []), np.zeros(0, object))
     launch = pd.DataFrame(out["launch"], columns=list(LAUNCH_COLUMNS))
-    copies = pd.concat(out["copies"], ignore_index=True) if out["copies"] else _copy_summary(_read(run, "memcpy", []))
+    copies = _concat(out["copies"]) if out["copies"] else _copy_summary(_read(run, "memcpy", []))
 
     say("running rules")
     ctx = RuleContext(
@@ -404,18 +430,28 @@ def analyze_run(run: Any, config: AnalysisConfig | None = None, progress: Progre
     )
 
 
+def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    """The per-rank frames one below the other (RangeIndex); one frame as it is (the
+    per-rank tables already have a RangeIndex)."""
+    return frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
+
+
 LARGE_COPY_BYTES = 64 << 10
 
 
-def _copy_summary(memcpy: pd.DataFrame) -> pd.DataFrame:
+def _copy_summary(memcpy: pd.DataFrame, copy_kind: pd.Series | None = None) -> pd.DataFrame:
     """Per (rank, copy_kind, pageable, large): count, bytes, total_ns; ``large`` is a copy of
-    at least 64 KiB (4-byte ``.item()`` reads are pageable too but pinning them gains nothing)."""
+    at least 64 KiB (4-byte ``.item()`` reads are pageable too but pinning them gains nothing).
+    ``copy_kind`` replaces ``memcpy``'s column of that name when given."""
     cols = ["rank", "copy_kind", "pageable", "large", "count", "bytes", "total_ns"]
     if len(memcpy) == 0:
-        return pd.DataFrame({c: pd.Series(dtype="int64") for c in cols})
-    codes, kinds = codes_and_names(memcpy["copy_kind"])
+        return pd.DataFrame({c: np.zeros(0, np.int64) for c in cols})
+    codes, kinds = codes_and_names(memcpy["copy_kind"] if copy_kind is None else copy_kind)
     kinds = np.where(kinds == "", "other", kinds)
-    nbytes = pd.to_numeric(memcpy["bytes"], errors="coerce").to_numpy(dtype="float64", na_value=0).astype(np.int64)
+    b = memcpy["bytes"]
+    # Through float64 like pd.to_numeric(errors="coerce") (nulls and text as 0).
+    nbytes = (b.to_numpy().astype(np.float64) if b.dtype == np.dtype(np.int64)
+              else pd.to_numeric(b, errors="coerce").to_numpy(dtype="float64", na_value=0)).astype(np.int64)
     rank = memcpy["rank"].to_numpy(dtype=np.int64)
     pageable = memcpy["pageable"].to_numpy(dtype=bool, na_value=False)
     large = nbytes >= LARGE_COPY_BYTES
@@ -430,7 +466,7 @@ def _copy_summary(memcpy: pd.DataFrame) -> pd.DataFrame:
         "count": np.bincount(inv, minlength=uk.size).astype(np.int64),
         "bytes": np.bincount(inv, weights=nbytes, minlength=uk.size).astype(np.int64),
         "total_ns": np.bincount(inv, weights=dur, minlength=uk.size).astype(np.int64),
-    })[cols]
+    })
 
 
 # ------------------------------------------------------------------------------------

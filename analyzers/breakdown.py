@@ -152,6 +152,36 @@ def _state_lengths(ws: np.ndarray, we: np.ndarray, layers: Mapping[str, Interval
     return wb, lengths.reshape(n_pieces, n_states)
 
 
+def bucket_columns(ws: np.ndarray, we: np.ndarray, layers: Mapping[str, Intervals]) -> dict[str, np.ndarray]:
+    """The columns :func:`breakdown_rank` adds, for windows ``[ws, we)`` of one rank (int64
+    ns; an end before its start counts as the start).
+
+    Returns:
+        ``wall_ns``, the six bucket columns, then :data:`EXTRA_COLUMNS`; int64 ns arrays.
+    """
+    ws = as_i64(ws)
+    we = np.maximum(as_i64(we), ws)
+    out = {"wall_ns": we - ws}
+    cols = [*BUCKET_COLUMNS, *EXTRA_COLUMNS]
+    if ws.size == 0:
+        out.update({c: np.zeros(0, I64) for c in cols})
+        return out
+    wb, lengths = _state_lengths(ws, we, layers)
+    # ns per state from the first bound to each bound; a window is a difference of two rows.
+    cum = np.zeros((wb.size, lengths.shape[1]), I64)
+    np.cumsum(lengths, axis=0, out=cum[1:])
+    per_state = cum[np.searchsorted(wb, we)] - cum[np.searchsorted(wb, ws)]
+    for c in cols:
+        out[c] = per_state[:, _STATE_TABLES[c]].sum(axis=1).astype(I64)
+    return out
+
+
+def with_columns(df: pd.DataFrame, cols: Mapping[str, np.ndarray]) -> pd.DataFrame:
+    """``df`` (RangeIndex) with ``cols`` set, built at once (one frame, not one insert per
+    column); a column ``df`` has already is replaced in place, as ``df[c] = v`` would."""
+    return pd.DataFrame({**{c: df[c] for c in df.columns}, **cols}, index=df.index)
+
+
 def breakdown_rank(windows: pd.DataFrame, layers: Mapping[str, Intervals]) -> pd.DataFrame:
     """Break each window of one rank into the six buckets.
 
@@ -167,22 +197,27 @@ def breakdown_rank(windows: pd.DataFrame, layers: Mapping[str, Intervals]) -> pd
         ``collective_wait_ns`` (the part of ``sync_ns`` spent waiting for a late rank) and
         ``gpu_idle_ns`` (no GPU layer active). All int64 ns.
     """
-    out = windows.copy().reset_index(drop=True)
-    ws = as_i64(out["start_ns"])
-    we = np.maximum(as_i64(out["end_ns"]), ws)
-    out["wall_ns"] = we - ws
-    cols = [*BUCKET_COLUMNS, *EXTRA_COLUMNS]
-    if len(out) == 0:
-        for c in cols:
-            out[c] = np.zeros(0, I64)
-        return out
-    wb, lengths = _state_lengths(ws, we, layers)
-    # ns per state from the first bound to each bound; a window is a difference of two rows.
-    cum = np.zeros((wb.size, lengths.shape[1]), I64)
-    np.cumsum(lengths, axis=0, out=cum[1:])
-    per_state = cum[np.searchsorted(wb, we)] - cum[np.searchsorted(wb, ws)]
-    for c in cols:
-        out[c] = per_state[:, _STATE_TABLES[c]].sum(axis=1).astype(I64)
+    out = windows.reset_index(drop=True)
+    return with_columns(out, bucket_columns(out["start_ns"].to_numpy(), out["end_ns"].to_numpy(), layers))
+
+
+def by_rank_sorted(windows: pd.DataFrame) -> list[tuple[int, pd.DataFrame]]:
+    """``windows`` split by rank (ranks ascending), each part ordered by ``start_ns`` as
+    ``groupby("rank")`` then ``sort_values("start_ns")`` order them (numpy's default sort,
+    so ties come out alike), with a fresh RangeIndex."""
+    r = windows["rank"].to_numpy()
+    if r.size == 0:
+        return []
+    if r[0] == r[-1] and bool((r == r[0]).all()):
+        groups = [(int(r[0]), windows)]
+    else:
+        groups = [(int(k), windows.iloc[np.flatnonzero(r == k)]) for k in np.unique(r)]
+    out = []
+    for k, w in groups:
+        order = as_i64(w["start_ns"].to_numpy()).argsort(kind="quicksort")
+        if (order != np.arange(order.size)).any():
+            w = w.take(order)
+        out.append((k, w.reset_index(drop=True)))
     return out
 
 
@@ -192,16 +227,15 @@ def breakdown(windows: pd.DataFrame, layers_by_rank: Mapping[int, Mapping[str, I
     Returns:
         one row per (rank, step) as :func:`breakdown_rank` describes, ordered by rank, start.
     """
-    parts = []
-    for rank, w in windows.groupby("rank", sort=True):
-        parts.append(breakdown_rank(w.sort_values("start_ns"), layers_by_rank.get(int(rank), {})))
+    parts = [breakdown_rank(w, layers_by_rank.get(rank, {})) for rank, w in by_rank_sorted(windows)]
     if not parts:
         cols = [*windows.columns, "wall_ns", *BUCKET_COLUMNS, *EXTRA_COLUMNS]
         return pd.DataFrame({c: pd.Series(dtype="int64") for c in cols})
-    return pd.concat(parts, ignore_index=True)
+    return parts[0] if len(parts) == 1 else pd.concat(parts, ignore_index=True)
 
 
-__all__ = ["LAYERS", "EXTRA_COLUMNS", "BUCKETS", "label_segments", "breakdown_rank", "breakdown"]
+__all__ = ["LAYERS", "EXTRA_COLUMNS", "BUCKETS", "label_segments", "bucket_columns", "breakdown_rank", "breakdown",
+           "by_rank_sorted", "post_sync_idle", "post_sync_idle_columns", "with_columns"]
 
 
 def post_sync_idle(
@@ -220,14 +254,25 @@ def post_sync_idle(
         ``post_sync_idle_ns`` (GPU idle from a sync's return to the next GPU work, counted
         once per idle gap), int64.
     """
+    calls, idle = post_sync_idle_columns(windows["start_ns"].to_numpy(), windows["end_ns"].to_numpy(), gpu_busy, host_sync)
+    return pd.DataFrame({"sync_calls": calls, "post_sync_idle_ns": idle}, index=windows.index)
+
+
+def post_sync_idle_columns(ws: np.ndarray, we: np.ndarray, gpu_busy: Intervals, host_sync: Intervals) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`post_sync_idle` for windows ``[ws, we)`` (int64 ns).
+
+    Returns:
+        (sync_calls, post_sync_idle_ns): int64 arrays aligned with the windows.
+    """
     from perfscope.analyzers.intervals import merge
 
-    n = len(windows)
-    res = pd.DataFrame({"sync_calls": np.zeros(n, I64), "post_sync_idle_ns": np.zeros(n, I64)}, index=windows.index)
+    n = len(ws)
+    out_calls = np.zeros(n, I64)
+    out_idle = np.zeros(n, I64)
     se = as_i64(host_sync[1])
     if n == 0 or se.size == 0:
-        return res
-    ws, we = as_i64(windows["start_ns"]), as_i64(windows["end_ns"])
+        return out_calls, out_idle
+    ws, we = as_i64(ws), as_i64(we)
     order = np.argsort(ws, kind="stable")
     ws_sorted, we_sorted = ws[order], we[order]
     t = np.sort(se)
@@ -249,10 +294,6 @@ def post_sync_idle(
         # A gap is charged to the window the sync returned in, clipped to that window.
         gaps = np.minimum(gaps, np.where(inside, we_sorted[np.clip(wi, 0, None)] - t, 0))
     idle = np.bincount(wi[inside], weights=gaps[inside].astype("float64"), minlength=n)[:n]
-    out_calls = np.zeros(n, I64)
-    out_idle = np.zeros(n, I64)
     out_calls[order] = calls
     out_idle[order] = np.round(idle).astype(I64)
-    res["sync_calls"] = out_calls
-    res["post_sync_idle_ns"] = out_idle
-    return res
+    return out_calls, out_idle

@@ -17,6 +17,7 @@ Two classifications live here:
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
@@ -53,8 +54,10 @@ def codes_and_names(names: pd.Series | list[str] | np.ndarray) -> tuple[np.ndarr
     s = names if isinstance(names, pd.Series) else pd.Series(names, dtype=object)
     if isinstance(s.dtype, pd.CategoricalDtype):
         codes = s.cat.codes.to_numpy()
-        cats = np.asarray(s.cat.categories.astype(str), dtype=object)
-        if (codes < 0).any():
+        cats = np.asarray(s.cat.categories, dtype=object)
+        if not all(c.__class__ is str for c in cats):
+            cats = np.array([str(c) for c in cats], dtype=object)
+        if codes.size and codes.min() < 0:
             cats = np.append(cats, "")
             codes = np.where(codes < 0, len(cats) - 1, codes)
         return codes.astype(np.int64, copy=False), cats
@@ -67,12 +70,23 @@ def _names(names: pd.Series | list[str] | np.ndarray) -> pd.Series:
     return names if isinstance(names, pd.Series) else pd.Series(names, dtype=object)
 
 
-def _per_unique(names: pd.Series, fn) -> np.ndarray:
-    """Apply ``fn`` (vectorised over a string Series) once per distinct name, then map back:
-    kernel tables repeat a few thousand names millions of times."""
+def _per_unique(names: pd.Series, fn: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+    """Apply ``fn`` (from an object array of distinct names to one value each) once per
+    distinct name, then map back: kernel tables repeat a few thousand names millions of times."""
     codes, uniques = codes_and_names(names)
-    out = np.asarray(fn(pd.Series(uniques, dtype=object)))
+    out = np.asarray(fn(uniques))
     return out[codes] if len(codes) else out[:0]
+
+
+def _searcher(pattern: str | re.Pattern[str]) -> Callable[[str], re.Match[str] | None]:
+    # re.compile returns a compiled pattern as it is; str patterns hit re's cache.
+    return re.compile(pattern).search
+
+
+def _each(names: np.ndarray, test: Callable[[str], object]) -> np.ndarray:
+    """A bool array: ``bool(test(name))`` per name (a few thousand distinct names at most:
+    a Python loop is cheaper than pandas' string methods' fixed costs)."""
+    return np.fromiter((bool(test(n)) for n in names), dtype=bool, count=len(names))
 
 
 def name_matches(names: pd.Series | list[str] | np.ndarray, pattern: str | re.Pattern[str]) -> np.ndarray:
@@ -81,7 +95,8 @@ def name_matches(names: pd.Series | list[str] | np.ndarray, pattern: str | re.Pa
     s = _names(names)
     if len(s) == 0:
         return np.zeros(0, dtype=bool)
-    return _per_unique(s, lambda u: u.str.contains(pattern, regex=True).to_numpy(bool)).astype(bool)
+    search = _searcher(pattern)
+    return _per_unique(s, lambda u: _each(u, search))
 
 
 def name_values(names: pd.Series | list[str] | np.ndarray) -> np.ndarray:
@@ -92,8 +107,7 @@ def name_values(names: pd.Series | list[str] | np.ndarray) -> np.ndarray:
 
 def is_comm_name(names: pd.Series | list[str] | np.ndarray) -> np.ndarray:
     """Return a bool array: True where the kernel name is a communication library kernel."""
-    s = _names(names)
-    return _per_unique(s, lambda u: u.str.contains(COMM_NAME_RE, regex=True).to_numpy(bool)).astype(bool)
+    return _per_unique(_names(names), lambda u: _each(u, COMM_NAME_RE.search))
 
 
 def kernel_kind(
@@ -115,69 +129,71 @@ def kernel_kind(
     """
     s = _names(names)
 
-    def classify(u: pd.Series) -> np.ndarray:
+    def classify(u: np.ndarray) -> np.ndarray:
         kind = np.full(len(u), COMPUTE, dtype=object)
-        kind[u.str.contains(MEMORY_NAME_RE, regex=True).to_numpy(bool)] = MEMORY
-        comm = u.str.contains(COMM_NAME_RE, regex=True).to_numpy(bool, copy=True)
+        kind[_each(u, MEMORY_NAME_RE.search)] = MEMORY
+        comm = _each(u, COMM_NAME_RE.search)
         if comm_kernel_names:
-            comm = comm | u.isin(list(comm_kernel_names)).to_numpy(bool)
+            comm |= _each(u, comm_kernel_names.__contains__)
         kind[comm] = COMMUNICATION
         return kind
 
     kind = _per_unique(s, classify).astype(object)
     if correlation is not None and comm_correlations is not None and len(comm_correlations):
-        corr = pd.Series(correlation).to_numpy(dtype="float64", na_value=np.nan)
+        corr = correlation.astype("float64", copy=False) if isinstance(correlation, np.ndarray) \
+            else pd.Series(correlation).to_numpy(dtype="float64", na_value=np.nan)
         hit = np.isin(corr, np.asarray(comm_correlations, dtype="float64"))
         kind[hit] = COMMUNICATION
     return kind
 
 
+_HTA_COMM = re.compile(HTA_COMM_RE).match
+_HTA_MEMORY = re.compile(HTA_MEMORY_RE).match
+_HTA_NOT_COMPUTE = re.compile(HTA_NOT_COMPUTE_RE).match
+
+
+def _hta_type(name: str) -> str:
+    if _HTA_COMM(name):
+        return "COMMUNICATION"
+    if _HTA_MEMORY(name):
+        return "MEMORY"
+    return "OTHER" if _HTA_NOT_COMPUTE(name) else "COMPUTATION"
+
+
 def hta_kernel_type(names: pd.Series | list[str] | np.ndarray) -> np.ndarray:
     """Return HTA 0.5.0's kernel type per name: ``COMMUNICATION``, ``MEMORY``,
     ``COMPUTATION`` or ``OTHER`` (checked in that order, with ``re.match`` semantics)."""
-    s = _names(names)
-
-    def classify(u: pd.Series) -> np.ndarray:
-        comm = u.str.match(HTA_COMM_RE).to_numpy(bool)
-        mem = u.str.match(HTA_MEMORY_RE).to_numpy(bool)
-        not_compute = u.str.match(HTA_NOT_COMPUTE_RE).to_numpy(bool)
-        return np.select([comm, mem, ~not_compute], ["COMMUNICATION", "MEMORY", "COMPUTATION"], "OTHER")
-
-    return _per_unique(s, classify)
+    return _per_unique(_names(names), lambda u: np.array([_hta_type(n) for n in u], dtype="<U13"))
 
 
 def hta_is_computation(names: pd.Series | list[str] | np.ndarray) -> np.ndarray:
     """Return a bool array: True where :func:`hta_kernel_type` is ``COMPUTATION`` (decided
     once per distinct name, no per-row strings)."""
-    return _per_unique(_names(names), lambda u: hta_kernel_type(u) == "COMPUTATION").astype(bool)
+    return _per_unique(_names(names), lambda u: _each(u, lambda n: _hta_type(n) == "COMPUTATION"))
 
 
 def copy_is_pcie(copy_kind: pd.Series | np.ndarray) -> np.ndarray:
     """Return a bool array: True for copies that cross the host link or go between devices
     (H2D, D2H, P2P, H2H, other or unknown); False for on-device D2D copies."""
-    return ~_per_unique(_names(copy_kind), lambda u: u.isin(list(D2D_COPY_KINDS)).to_numpy(bool)).astype(bool)
+    return ~_per_unique(_names(copy_kind), lambda u: _each(u, D2D_COPY_KINDS.__contains__))
 
 
 # Collective function names as the collectives table writes them, from the names NCCL,
 # torch and Kineto use.
 
 
+_FUNC_PREFIX = re.compile(r"^(?:nccl|c10d|gloo)[:_]*")
+
+
 def normalize_func(func: pd.Series | list[str]) -> pd.Series:
     """Map collective names (``allreduce``, ``nccl:all_reduce``, ``AllReduce``) to NCCL's
     spelling (``AllReduce``); unknown names pass through unchanged."""
     s = _names(func)
-
-    def norm(u: pd.Series) -> np.ndarray:
-        key = u.str.replace(r"^(?:nccl|c10d|gloo)[:_]*", "", regex=True).str.lower()
-        mapped = key.map(lambda k: COLLECTIVE_ALIASES.get(k))
-        return np.where(mapped.isna(), u.to_numpy(object), mapped.to_numpy(object))
-
     codes, u = codes_and_names(s)
-    mapped = np.asarray(norm(pd.Series(u, dtype=object)), dtype=object)
+    mapped = np.array([COLLECTIVE_ALIASES.get(_FUNC_PREFIX.sub("", n).lower(), n) for n in u], dtype=object)
     cats, inv = np.unique(mapped.astype(str), return_inverse=True)
     # Categorical: millions of rows share a handful of names (no per-row strings).
     return pd.Series(pd.Categorical.from_codes(inv[codes] if len(codes) else np.zeros(0, np.int64), categories=cats), index=s.index)
-
 
 
 __all__ = [

@@ -88,7 +88,7 @@ def analyze_collectives(coll: pd.DataFrame, world_size: int | None = None, clock
         ``last_rank`` which rank arrived last.
     """
     if coll is None or len(coll) == 0:
-        return pd.DataFrame({c: pd.Series(dtype="float64" if c.endswith("gbps") else "int64") for c in COLUMNS})
+        return pd.DataFrame({c: np.zeros(0, np.float64 if c.endswith("gbps") else np.int64) for c in COLUMNS})
     df = coll.copy().reset_index(drop=True)
     for c in ("enqueue_ns", "comm_id", "seq", "func", "bytes", "nranks"):
         if c not in df.columns:

@@ -32,14 +32,16 @@ COLUMNS: tuple[str, ...] = (
 )
 
 
-def _last_profiler_step_start(steps: pd.DataFrame) -> int | None:
+def _last_profiler_step_start(steps: pd.DataFrame | None) -> int | None:
+    """The start of the last ProfilerStep (None unless there are two or more distinct starts)."""
     if steps is None or len(steps) == 0:
         return None
     is_ps = (name_values(steps["source"]) == "profiler_step") | name_matches(steps["name"], r"^ProfilerStep")
-    ps = steps[is_ps]
-    if ps["start_ns"].nunique() < 2:
+    start = steps["start_ns"]
+    ps = start.to_numpy()[is_ps] if start.dtype == np.dtype(I64) else start[is_ps].dropna().to_numpy(dtype=I64)
+    if np.unique(ps).size < 2:
         return None
-    return int(ps["start_ns"].max())
+    return int(ps.max())
 
 
 def hta_round(start_ns: np.ndarray, end_ns: np.ndarray, base_ns: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -150,13 +152,19 @@ def summary_row(
 
 def summary_frame(rows: list[dict]) -> pd.DataFrame:
     """The :func:`gpu_summary` table from :func:`summary_row` rows."""
-    out = pd.DataFrame(rows, columns=["rank", "span_ns", "idle_ns", "compute_ns", "non_compute_ns", "events", "last_step_excluded"])
-    for c in ("rank", "span_ns", "idle_ns", "compute_ns", "non_compute_ns", "events"):
-        out[c] = out[c].astype(I64)
-    span = out["span_ns"].where(out["span_ns"] > 0)
+    if not rows:  # the dtypes pandas gives an empty list of rows
+        return pd.DataFrame({c: np.zeros(0, np.float64 if c.endswith("_share") else object if c == "last_step_excluded" else I64)
+                             for c in COLUMNS})
+    cols: dict[str, np.ndarray] = {c: np.array([r[c] for r in rows], dtype=I64)
+                                   for c in ("rank", "span_ns", "idle_ns", "compute_ns", "non_compute_ns")}
+    span = cols["span_ns"]
     for c in ("idle", "compute", "non_compute"):
-        out[f"{c}_share"] = (out[f"{c}_ns"] / span).fillna(0.0)
-    return out[list(COLUMNS)]
+        share = np.zeros(span.size, np.float64)
+        np.divide(cols[f"{c}_ns"], span, out=share, where=span > 0)
+        cols[f"{c}_share"] = share
+    cols["events"] = np.array([r["events"] for r in rows], dtype=I64)
+    cols["last_step_excluded"] = np.array([r["last_step_excluded"] for r in rows], dtype=bool)
+    return pd.DataFrame(cols)
 
 
 __all__ = ["COLUMNS", "gpu_summary", "hta_round", "summary_row", "summary_frame"]

@@ -14,6 +14,13 @@ def as_i64(values) -> np.ndarray:
     return np.ascontiguousarray(np.asarray(values, dtype=I64))
 
 
+def filled_i64(col) -> np.ndarray:  # noqa: ANN001 - a pandas Series, kept import-light
+    """A Series as int64 with nulls as 0 (``as_i64(col.fillna(0))``, without the pandas
+    call when the column is plain int64, as the store's non-null columns are)."""
+    v = col.to_numpy() if col.dtype == np.dtype(I64) else np.asarray(col.fillna(0), dtype=I64)
+    return np.ascontiguousarray(v)
+
+
 def stable_argsort(values: np.ndarray) -> np.ndarray:
     """Return the permutation ``np.argsort(values, kind="stable")`` gives, for int64 values.
 
@@ -100,7 +107,7 @@ def clip(starts: np.ndarray, ends: np.ndarray, lo: int, hi: int) -> tuple[np.nda
     return s[keep], e[keep]
 
 
-__all__ = ["as_i64", "stable_argsort", "merge", "union_length", "coverage", "clip", "split_by_rank", "as_key", "lookup", "KeyIndex", "launch_of"]
+__all__ = ["as_i64", "filled_i64", "stable_argsort", "merge", "union_length", "coverage", "clip", "split_by_rank", "as_key", "lookup", "KeyIndex", "launch_of"]
 
 
 def split_by_rank(df):  # noqa: ANN001, ANN201 - pandas types, kept import-light
@@ -109,11 +116,13 @@ def split_by_rank(df):  # noqa: ANN001, ANN201 - pandas types, kept import-light
     sort first.
 
     Returns:
-        dict rank -> DataFrame slice (positional, ``iloc``).
+        dict rank -> DataFrame slice (positional, ``iloc``; ``df`` itself when it holds one rank).
     """
     if df is None or len(df) == 0:
         return {}
     r = df["rank"].to_numpy()
+    if r[0] == r[-1] and (r.size < 3 or bool((r == r[0]).all())):
+        return {int(r[0]): df}  # one rank (analyze_run reads one at a time): no slicing
     if r.size > 1 and (r[1:] < r[:-1]).any():
         order = np.argsort(r, kind="stable")
         df = df.take(order)
@@ -126,9 +135,13 @@ def split_by_rank(df):  # noqa: ANN001, ANN201 - pandas types, kept import-light
 
 def as_key(values) -> np.ndarray:  # noqa: ANN001
     """A join key as float64 (nulls -> NaN, which never matches); exact for ids < 2**53."""
+    if isinstance(values, np.ndarray):
+        return values.astype("float64", copy=False)
     import pandas as pd
 
-    return pd.Series(values).to_numpy(dtype="float64", na_value=np.nan) if not isinstance(values, np.ndarray) else values.astype("float64", copy=False)
+    if isinstance(values, pd.Series) and isinstance(values.dtype, np.dtype) and values.dtype.kind in "iuf":  # no nulls but NaN
+        return values.to_numpy().astype("float64", copy=False)
+    return pd.Series(values).to_numpy(dtype="float64", na_value=np.nan)
 
 
 class KeyIndex:

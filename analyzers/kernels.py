@@ -18,6 +18,11 @@ host_wait and kernel_wait gaps (the two HTA attributes to launching; HTA recomme
 graphs for kernel_wait) shorter than ``launch_gap_ns`` (HTA's 100 us launch-delay cut-off):
 the GPU finishes each kernel before the CPU can launch the next.  Longer gaps are other host
 work (data loading, Python, sleeps), not launch overhead.
+
+When the rank has step windows, only kernels and GPU events that start inside a step count,
+gaps are only those between events of the same (merged) window, and the span is the windows'
+total length: a recorded run also holds start-up and shutdown (model build, warm-up, data
+set load), whose seconds of idle GPU would otherwise hide a launch-bound step.
 """
 from __future__ import annotations
 
@@ -27,7 +32,7 @@ import numpy as np
 import pandas as pd
 
 from perfscope.analyzers.classify import codes_and_names
-from perfscope.analyzers.intervals import I64, as_i64, as_key, launch_of, lookup, split_by_rank
+from perfscope.analyzers.intervals import I64, as_i64, as_key, filled_i64, launch_of, lookup, merge, split_by_rank
 
 KERNEL_COLUMNS: tuple[str, ...] = ("rank", "name", "kind", "count", "total_ns", "mean_ns", "median_ns", "max_ns", "share")
 LAUNCH_COLUMNS: tuple[str, ...] = (
@@ -64,10 +69,10 @@ def top_kernels(kernels: pd.DataFrame, kinds: np.ndarray, top_n: int | None = 50
         sorted by rank then total time descending.
     """
     if len(kernels) == 0:
-        return pd.DataFrame({c: pd.Series(dtype="int64") for c in KERNEL_COLUMNS})
+        return pd.DataFrame({c: np.zeros(0, dtype=np.int64) for c in KERNEL_COLUMNS})
     codes, names = codes_and_names(kernels["name"])
     rank = kernels["rank"].to_numpy(dtype=np.int64)
-    dur = as_i64(kernels["dur_ns"].fillna(0))
+    dur = filled_i64(kernels["dur_ns"])
     kinds = np.asarray(kinds)
     one_rank = rank.size > 0 and rank[0] == rank[-1] and bool((rank == rank[0]).all())
     if one_rank and int(codes.max()) < (1 << 16) and int(dur.min()) >= 0 and int(dur.max()) < (1 << 47):
@@ -99,23 +104,36 @@ def top_kernels(kernels: pd.DataFrame, kinds: np.ndarray, top_n: int | None = 50
         kind_rows = first[c[starts]]
     else:
         kind_rows = first_row[starts]
-    out = pd.DataFrame({
-        "rank": r[starts], "code": c[starts], "count": counts, "total_ns": sums,
-        "mean_ns": sums / counts, "median_ns": (d[lo] + d[hi]) / 2, "max_ns": d[starts + counts - 1],
-        # A name has one kind except when correlation made one launch of it communication.
-        "kind": np.asarray(kinds[kind_rows], dtype=object),
-    })
-    out["name"] = names[out["code"].to_numpy()]
-    tot = out.groupby("rank")["total_ns"].transform("sum")
-    out["share"] = (out["total_ns"] / tot.where(tot > 0)).fillna(0.0)
-    out = out.sort_values(["rank", "total_ns"], ascending=[True, False], kind="stable")
+    g_rank, total = r[starts], sums.astype(np.int64)
+    # Each rank's total kernel time (groups are ordered by rank).
+    r_first = np.flatnonzero(np.concatenate(([True], g_rank[1:] != g_rank[:-1])))
+    tot = np.repeat(np.add.reduceat(total, r_first), np.diff(np.append(r_first, g_rank.size)))
+    share = np.zeros(total.size, dtype=np.float64)
+    np.divide(total, tot, out=share, where=tot > 0)
+    # Rank ascending, total time descending; ties keep the name order (a stable sort).
+    order = np.lexsort((-total, g_rank))
     if top_n is not None:
-        out = out.groupby("rank", sort=False).head(top_n)
-    for c in ("count", "total_ns", "max_ns"):
-        out[c] = out[c].astype("int64")
-    out["mean_ns"] = out["mean_ns"].round().astype("int64")
-    out["median_ns"] = out["median_ns"].round().astype("int64")
-    return out[list(KERNEL_COLUMNS)].reset_index(drop=True)
+        # Position of each row among its rank's rows, in that order.
+        sr = g_rank[order]
+        new_rank = np.concatenate(([True], sr[1:] != sr[:-1])) if sr.size else np.zeros(0, bool)
+        firsts = np.flatnonzero(new_rank)
+        sizes = np.diff(np.append(firsts, sr.size))
+        pos = np.arange(sr.size) - np.repeat(firsts, sizes)
+        # As DataFrame.groupby(...).head(top_n): a negative top_n drops that many from the end.
+        keep = order[pos < top_n] if top_n >= 0 else order[pos < np.repeat(sizes, sizes) + top_n]
+        # Nothing kept: filter a frame of every row, so the name columns keep the str dtype.
+        order = keep if keep.size else order
+    cols = {
+        "rank": g_rank[order], "name": names[c[starts][order]],
+        # A name has one kind except when correlation made one launch of it communication.
+        "kind": np.asarray(kinds[kind_rows], dtype=object)[order],
+        "count": counts[order].astype(np.int64), "total_ns": total[order],
+        "mean_ns": np.round(sums[order] / counts[order]).astype(np.int64),
+        "median_ns": np.round((d[lo] + d[hi])[order] / 2).astype(np.int64),
+        "max_ns": d[starts + counts - 1][order].astype(np.int64), "share": share[order],
+    }
+    out = pd.DataFrame(cols)
+    return out if top_n is None or keep.size else out.iloc[:0]
 
 
 def launch_stats(
@@ -149,21 +167,33 @@ def launch_row(
     g: pd.DataFrame | None,
     th: LaunchThresholds,
     launch: tuple[np.ndarray, np.ndarray] | None = None,
+    windows: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> dict:
     """The :data:`LAUNCH_COLUMNS` row of one rank: its kernels ``k``, API calls ``a`` and GPU
     events ``g``; ``launch`` is (found, position in ``a``) of each kernel's launching call
-    when the caller has looked them up already."""
-    kd = as_i64(k["dur_ns"].fillna(0))
+    when the caller has looked them up already; ``windows`` (starts, ends; int64 ns) are the
+    rank's step windows: only what starts inside them counts (see the module docstring)."""
+    win = merge(*windows) if windows is not None and len(windows[0]) else None
+    if win is not None:
+        inside = _window_of(as_i64(k["start_ns"]), win) >= 0
+        if not inside.all():
+            k = k[inside]
+            if launch is not None:
+                launch = (launch[0][inside], launch[1][inside])
+        if g is not None and len(g):
+            g_in = _window_of(as_i64(g["start_ns"]), win) >= 0
+            g = g if g_in.all() else g[g_in]
+    kd = filled_i64(k["dur_ns"])
     row: dict = {"rank": rank, "kernels": int(len(k)), "median_kernel_ns": int(np.median(kd)) if len(kd) else 0}
     found = np.zeros(len(k), dtype=bool)
-    if a is not None and len(a):
+    if a is not None and len(a) and len(k):
         if launch is not None:
             found, a_pos = launch
         else:
             found, a_pos = lookup(as_key(a["correlation"]), np.arange(len(a)), as_key(k["correlation"]))
     if found.any():
         a_start = as_i64(a["start_ns"])[a_pos[found]]
-        cpu = as_i64(a["dur_ns"].fillna(0))[a_pos[found]]
+        cpu = filled_i64(a["dur_ns"])[a_pos[found]]
         gdur = kd[found]
         lat = np.maximum(as_i64(k["start_ns"])[found] - (a_start + cpu), 0)
         short = (cpu <= th.runtime_cutoff_ns) & (gdur < cpu)
@@ -177,7 +207,7 @@ def launch_row(
     else:
         row.update(correlated=0, short_kernels=0, short_share=0.0, median_launch_cpu_ns=0,
                    median_launch_latency_ns=0, p95_launch_latency_ns=0, runtime_outliers=0, launch_delay_outliers=0)
-    row.update(_idle_gaps(g, a, th))
+    row.update(_idle_gaps(g, a, th, win))
     row["launch_bound"] = bool(
         row["kernels"] >= th.min_kernels
         and row["short_share"] >= th.short_share
@@ -187,8 +217,18 @@ def launch_row(
     return row
 
 
-def _idle_gaps(g: pd.DataFrame, api: pd.DataFrame | None, th: LaunchThresholds) -> dict:
-    """Split the GPU idle gaps of one rank into host_wait / kernel_wait / other."""
+def _window_of(t: np.ndarray, win: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    """Index of the disjoint window (sorted starts, ends) holding each time, -1 for none."""
+    i = np.searchsorted(win[0], t, side="right") - 1
+    ok = (i >= 0) & (t < win[1][np.maximum(i, 0)])
+    return np.where(ok, i, -1)
+
+
+def _idle_gaps(g: pd.DataFrame | None, api: pd.DataFrame | None, th: LaunchThresholds,
+               win: tuple[np.ndarray, np.ndarray] | None = None) -> dict:
+    """Split the GPU idle gaps of one rank into host_wait / kernel_wait / other; with
+    ``win`` (disjoint step windows, every event of ``g`` starting inside one), only gaps
+    inside a window, over a span of the windows' total length."""
     zero = {"span_ns": 0, "idle_ns": 0, "host_wait_idle_ns": 0, "kernel_wait_idle_ns": 0, "other_idle_ns": 0, "launch_idle_ns": 0}
     if g is None or len(g) == 0:
         return zero
@@ -199,8 +239,13 @@ def _idle_gaps(g: pd.DataFrame, api: pd.DataFrame | None, th: LaunchThresholds) 
     # Gap before event i (i >= 1) when it starts after everything before it has ended.
     gap = np.zeros(s.size, dtype=I64)
     gap[1:] = s[1:] - run_end[:-1]
+    if win is not None:
+        w = _window_of(s, win)
+        gap[1:][w[1:] != w[:-1]] = 0  # the time between two steps is no gap of either
+        span = int((win[1] - win[0]).sum())
+    else:
+        span = int(run_end[-1] - s[0])
     is_gap = gap > 0
-    span = int(run_end[-1] - s[0])
     idle = int(gap[is_gap].sum())
     host_wait = np.zeros(s.size, dtype=bool)
     if api is not None and len(api):

@@ -46,6 +46,13 @@ FP32_GEMM_RE = re.compile(r"(?i)sgemm|gemm.*f32f32|gemm.*fp32|gemv.*float")
 LOW_PRECISION_RE = re.compile(r"(?i)tf32|bf16|f16|fp16|h16|hgemm|s16816|s1688|h884|int8|i8i8|s8s8|e4m3|e5m2|fp8|f8f8|tensorop")
 
 
+def _is_fp32_matmul(name: str) -> bool:
+    """True for an FP32 GEMM/GEMV kernel name that names no lower precision."""
+    # Every FP32_GEMM_RE match contains "gem" in some case (no other character folds to
+    # g, e or m): a substring test rules out most names before the regexes run.
+    return "gem" in name.lower() and bool(FP32_GEMM_RE.search(name)) and not LOW_PRECISION_RE.search(name)
+
+
 @dataclass
 class RuleContext:
     """What rules read: the analysis tables plus the run's metadata.
@@ -77,14 +84,21 @@ class RuleContext:
     @property
     def median_step_ns(self) -> int:
         """Median wall time of a step over all ranks and steps (0 without steps)."""
-        return int(np.median(self.steps["wall_ns"])) if len(self.steps) else 0
+        return self.median("wall_ns")
 
     def median(self, col: str, ranks: list[int] | None = None) -> int:
         """Median of a steps column over all (or the given) ranks' steps, ns."""
-        s = self.steps
-        if ranks is not None:
-            s = s[s["rank"].isin(ranks)]
-        return int(np.median(s[col])) if len(s) and col in s.columns else 0
+        key = ("_median", col, None if ranks is None else tuple(ranks))
+        if key not in self.cache:  # rules ask for the same medians over and over
+            s = self.steps
+            if not len(s) or col not in s.columns:
+                self.cache[key] = 0
+            else:
+                v = s[col].to_numpy()
+                if ranks is not None:
+                    v = v[np.isin(s["rank"].to_numpy(), ranks)]
+                self.cache[key] = int(np.median(v)) if v.size else 0
+        return self.cache[key]
 
     def share(self, ns: float) -> float:
         """``ns`` as a share of the median step."""
@@ -234,9 +248,9 @@ def sync_rule(ctx: RuleContext) -> Recommendation | None:
     s = ctx.steps
     if len(s) == 0 or "post_sync_idle_ns" not in s.columns:
         return None
-    cost = (s["sync_ns"] - s["collective_wait_ns"]).clip(lower=0) + s["post_sync_idle_ns"]
+    cost = np.maximum(s["sync_ns"].to_numpy() - s["collective_wait_ns"].to_numpy(), 0) + s["post_sync_idle_ns"].to_numpy()
     med = int(np.median(cost))
-    calls = float(np.median(s["sync_calls"]))
+    calls = float(np.median(s["sync_calls"].to_numpy()))
     share = ctx.share(med)
     if share < ctx.th("sync_share") or calls <= 0:
         return None
@@ -297,7 +311,7 @@ def host_rule(ctx: RuleContext) -> Recommendation | None:
     l = ctx.launch
     if l is not None and len(l) and l["launch_bound"].any():
         return None
-    other = (s["host_ns"] - s.get("post_sync_idle_ns", 0)).clip(lower=0)
+    other = np.maximum(s["host_ns"].to_numpy() - (s["post_sync_idle_ns"].to_numpy() if "post_sync_idle_ns" in s.columns else 0), 0)
     med = int(np.median(other))
     share = ctx.share(med)
     if share < ctx.th("host_share"):
@@ -425,7 +439,7 @@ def compute_rule(ctx: RuleContext) -> Recommendation | None:
     fp32_share = 0.0
     if k is not None and len(k):
         # At most top_kernels names per rank: a Python loop over them is cheapest.
-        fp32 = np.array([bool(FP32_GEMM_RE.search(n)) and not LOW_PRECISION_RE.search(n) for n in map(str, k["name"])], dtype=bool)
+        fp32 = np.array([_is_fp32_matmul(n) for n in map(str, k["name"])], dtype=bool)
         total = k["total_ns"].to_numpy(float)
         tot = total[k["kind"].to_numpy(object) == "compute"].sum()
         fp32_share = float(total[fp32].sum() / tot) if tot > 0 else 0.0

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -57,11 +58,36 @@ def _empty() -> pd.DataFrame:
 _NUM = re.compile(r"(\d+)(?!.*\d)")
 
 
-def _step_numbers(names: pd.Series) -> np.ndarray:
-    """The last integer in each name (``ProfilerStep#12`` -> 12), else the row's position."""
-    num = names.astype("string").str.extract(_NUM, expand=False)
-    pos = pd.Series(np.arange(len(names)), index=names.index)
-    return pd.to_numeric(num, errors="coerce").fillna(pos).astype("int64").to_numpy()
+def _step_numbers(names: np.ndarray) -> np.ndarray:
+    """The last integer in each name (``ProfilerStep#12`` -> 12), else the row's position
+    (a null name has no number)."""
+    out = np.arange(len(names), dtype=I64)
+    for i, n in enumerate(names):
+        m = _NUM.search(n) if isinstance(n, str) else None
+        if m is not None:
+            out[i] = int(m.group(1))
+    return out
+
+
+def _objects(col: pd.Series, rows: np.ndarray) -> np.ndarray:
+    """``col``'s values at positions ``rows`` as an object array (nulls as NaN), as
+    ``col.iloc[rows].astype(object)`` gives them."""
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        codes = col.cat.codes.to_numpy()[rows]
+        cats = np.append(np.asarray(col.cat.categories, dtype=object), np.nan)  # code -1: the last entry
+        return cats[codes]
+    return np.asarray(col.to_numpy(dtype=object)[rows], dtype=object)
+
+
+def _sorted_rows(start: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """``rows`` ordered by ``start[rows]`` exactly as ``DataFrame.sort_values`` orders them
+    (numpy's default quicksort, so ties come out as pandas leaves them)."""
+    return rows[start[rows].argsort(kind="quicksort")]
+
+
+def _ranges(step: np.ndarray, name: Any, source: str, hs: np.ndarray, he: np.ndarray) -> dict[str, Any]:
+    n = len(hs)
+    return {"step": step, "name": name, "source": np.full(n, source, dtype=object), "host_start_ns": hs, "host_end_ns": he}
 
 
 def _host_ranges(
@@ -71,45 +97,60 @@ def _host_ranges(
     host: pd.DataFrame,
     step_pattern: str | None,
     warnings: list[str],
-) -> pd.DataFrame | None:
-    """Return this rank's host step ranges (step, name, source, host_start_ns, host_end_ns)."""
+) -> dict[str, Any] | None:
+    """Return this rank's host step ranges: arrays ``step``, ``name``, ``source``,
+    ``host_start_ns`` and ``host_end_ns`` (int64 ns); None when the rank has none."""
     if step_pattern:
-        m = markers
-        if len(m):
-            if "device" in m.columns:
-                m = m[m["device"].isna()]
-            m = m[name_matches(m["name"], step_pattern)]
-        if len(m):
-            m = m.sort_values("start_ns")
-            return pd.DataFrame({
-                "step": _step_numbers(m["name"]), "name": m["name"].astype(object).to_numpy(),
-                "source": "pattern", "host_start_ns": as_i64(m["start_ns"]),
-                "host_end_ns": as_i64(m["start_ns"]) + as_i64(m["dur_ns"]),
-            })
+        rows = np.zeros(0, dtype=I64)
+        if len(markers):
+            keep = name_matches(markers["name"], step_pattern)
+            if "device" in markers.columns:
+                keep &= markers["device"].isna().to_numpy(bool)
+            rows = np.flatnonzero(keep)
+        if rows.size:
+            ms = as_i64(markers["start_ns"])
+            rows = _sorted_rows(ms, rows)
+            names = _objects(markers["name"], rows)
+            hs = ms[rows]
+            return _ranges(_step_numbers(names), names, "pattern", hs, hs + as_i64(markers["dur_ns"])[rows])
         warnings.append(f"rank {rank}: no marker matches the step pattern {step_pattern!r}; using the recorded step marks instead")
     if len(steps):
-        src = pd.Series(name_values(steps["source"]), index=steps.index).replace("", "explicit")
-        present = set(src.unique())
+        src = name_values(steps["source"])
+        src = np.where(src == "", "explicit", src)
+        present = set(src.tolist())
         for pref in (*STEP_SOURCE_PREFERENCE, *sorted(present)):
             if pref in present:
-                s = steps[(src == pref).to_numpy(bool)].sort_values("start_ns")
-                s = s.drop_duplicates(subset=["start_ns"])
-                step = s["step"].astype("Int64")
-                step = step.fillna(pd.Series(_step_numbers(s["name"].fillna("")), index=s.index))
-                return pd.DataFrame({
-                    "step": step.astype("int64").to_numpy(), "name": s["name"].astype(object).to_numpy(),
-                    "source": pref, "host_start_ns": as_i64(s["start_ns"]),
-                    "host_end_ns": as_i64(s["start_ns"]) + as_i64(s["dur_ns"].fillna(0)),
-                })
+                ss = as_i64(steps["start_ns"])
+                rows = _sorted_rows(ss, np.flatnonzero(src == pref))
+                hs = ss[rows]
+                first = np.ones(rows.size, dtype=bool)  # drop repeated start times (the first stays)
+                first[1:] = hs[1:] != hs[:-1]
+                rows, hs = rows[first], hs[first]
+                names = _objects(steps["name"], rows)
+                step = _step_column(steps["step"], rows, names)
+                return _ranges(step, names, pref, hs, hs + as_i64(steps["dur_ns"].fillna(0))[rows])
     if len(host):
-        opt = host[name_values(host["kind"]) == "optimizer_step"].sort_values("start_ns")
-        if len(opt) >= 2:
-            ends = as_i64(opt["start_ns"]) + as_i64(opt["dur_ns"])
-            return pd.DataFrame({
-                "step": np.arange(1, len(ends), dtype=I64), "name": [f"optimizer step {i}" for i in range(1, len(ends))],
-                "source": "optimizer_span", "host_start_ns": ends[:-1], "host_end_ns": ends[1:],
-            })
+        rows = np.flatnonzero(name_values(host["kind"]) == "optimizer_step")
+        if rows.size >= 2:
+            hs = as_i64(host["start_ns"])
+            rows = _sorted_rows(hs, rows)
+            ends = hs[rows] + as_i64(host["dur_ns"])[rows]
+            names = np.array([f"optimizer step {i}" for i in range(1, len(ends))], dtype=object)
+            return _ranges(np.arange(1, len(ends), dtype=I64), names, "optimizer_span", ends[:-1], ends[1:])
     return None
+
+
+def _step_column(col: pd.Series, rows: np.ndarray, names: np.ndarray) -> np.ndarray:
+    """The ``step`` values at ``rows``; a missing one is the number in the step's name, else
+    its position among the rows."""
+    if col.dtype == np.dtype(I64):
+        return col.to_numpy()[rows]
+    step = col.iloc[rows].astype("Int64")
+    missing = step.isna().to_numpy(bool)
+    out = step.to_numpy(dtype=I64, na_value=0)
+    if missing.any():
+        out[missing] = _step_numbers(np.where(pd.isna(names), "", names).astype(object))[missing]
+    return out
 
 
 def step_windows(
@@ -139,13 +180,13 @@ def step_windows(
         a :class:`StepResult`.
     """
     warnings: list[str] = []
-    out = []
+    out: list[dict[str, Any]] = []
     split = {id(df): split_by_rank(df) for df in (steps, markers, host, api, gpu)}
     by = lambda df, r: split[id(df)].get(r, df.iloc[0:0])  # noqa: E731
     for rank in ranks:
         g = by(gpu, rank)
         hr = _host_ranges(rank, by(steps, rank), by(markers, rank), by(host, rank), step_pattern, warnings)
-        if hr is None or len(hr) == 0:
+        if hr is None or len(hr["host_start_ns"]) == 0:
             lo_hi = _whole_run(rank, g, by(host, rank), by(api, rank))
             if lo_hi is None:
                 continue
@@ -153,14 +194,17 @@ def step_windows(
                 f"rank {rank}: no step marks found (ProfilerStep#N, perfscope.step(), NVTX ranges or optimizer steps); "
                 "the whole run is analysed as one window. Mark steps or pass --step-pattern REGEX"
             )
-            hr = pd.DataFrame({"step": [0], "name": ["whole run"], "source": ["whole_run"],
-                               "host_start_ns": [lo_hi[0]], "host_end_ns": [lo_hi[1]]})
-        hr = hr.sort_values("host_start_ns", kind="stable").reset_index(drop=True)
+            hr = _ranges(np.zeros(1, I64), np.array(["whole run"], dtype=object), "whole_run",
+                         np.array([lo_hi[0]], I64), np.array([lo_hi[1]], I64))
+        order = np.argsort(hr["host_start_ns"], kind="stable")
+        if (order != np.arange(order.size)).any():
+            hr = {c: v[order] for c, v in hr.items()}
         hs, he = as_i64(hr["host_start_ns"]), as_i64(hr["host_end_ns"])
         end = he.copy()
-        if extend_to_gpu and len(g) and len(api) and hr["source"].iloc[0] != "whole_run":
+        whole = hr["source"][0] == "whole_run"
+        if extend_to_gpu and len(g) and len(api) and not whole:
             end = np.maximum(end, _launched_gpu_end(hs, he, by(api, rank), g))
-        if hr["source"].iloc[0] == "whole_run" and len(g):
+        if whole and len(g):
             end = np.maximum(end, int(g["end_ns"].max()))
         # Never overlap: a step starts when the host starts it, or when the previous step's
         # (GPU-extended) window ends, whichever is later (tb_plugin's rule).  Clipping the
@@ -173,10 +217,12 @@ def step_windows(
             start[1:] = np.maximum(hs[1:], prev_end)
         end = np.maximum(end, start)
         hr["start_ns"], hr["end_ns"] = start, end
-        hr.insert(0, "rank", np.int64(rank))
+        hr["rank"] = np.full(len(start), rank, dtype=I64)
         out.append(hr)
-    windows = pd.concat(out, ignore_index=True) if out else _empty()
-    return StepResult(windows=windows[list(WINDOW_COLUMNS)], warnings=warnings)
+    if not out:
+        return StepResult(windows=_empty()[list(WINDOW_COLUMNS)], warnings=warnings)
+    cols = {c: np.concatenate([hr[c] for hr in out]) if len(out) > 1 else out[0][c] for c in WINDOW_COLUMNS}
+    return StepResult(windows=pd.DataFrame(cols), warnings=warnings)
 
 
 def _launched_gpu_end(hs: np.ndarray, he: np.ndarray, api: pd.DataFrame, gpu: pd.DataFrame) -> np.ndarray:

@@ -13,6 +13,10 @@ import pandas as pd
 COLUMNS: tuple[str, ...] = ("rank", "ops", "last_count", "last_share", "mean_lateness_ns", "cost_to_others_ns")
 
 
+def _empty() -> pd.DataFrame:
+    return pd.DataFrame({c: np.zeros(0, np.float64 if c == "last_share" else np.int64) for c in COLUMNS})
+
+
 def rank_stragglers(coll: pd.DataFrame, min_skew_ns: int = 0) -> pd.DataFrame:
     """Rank the ranks by how much they hold the others up.
 
@@ -27,10 +31,10 @@ def rank_stragglers(coll: pd.DataFrame, min_skew_ns: int = 0) -> pd.DataFrame:
         in the operations it arrived last at), sorted by ``cost_to_others_ns`` descending.
     """
     if coll is None or len(coll) == 0 or "matched_ranks" not in coll.columns:
-        return pd.DataFrame({c: pd.Series(dtype="float64" if c == "last_share" else "int64") for c in COLUMNS})
+        return _empty()
     m = coll[coll["matched_ranks"] > 1]
     if len(m) == 0:
-        return pd.DataFrame({c: pd.Series(dtype="float64" if c == "last_share" else "int64") for c in COLUMNS})
+        return _empty()
     spread = m.groupby("match_key", sort=False)["arrival_skew_ns"].transform("max")
     real = spread > min_skew_ns
     is_last = real & (m["rank"].to_numpy() == m["last_rank"].to_numpy(dtype="float64", na_value=np.nan))

@@ -168,7 +168,11 @@ def scale(args: argparse.Namespace) -> int:
 
 
 def _child(python: str, code: str, *args: str) -> dict:
-    res = subprocess.run([python, "-c", code, *args], capture_output=True, text=True, check=False)
+    # -P: the working directory is not put first on sys.path, so a checkout given through
+    # PYTHONPATH (an older commit, for a before/after comparison) is the one imported even
+    # when this runs from the repository root.
+    safe_path = ["-P"] if python == sys.executable and sys.version_info >= (3, 11) else []
+    res = subprocess.run([python, *safe_path, "-c", code, *args], capture_output=True, text=True, check=False)
     if res.returncode != 0:
         raise SystemExit(f"benchmark child failed ({python}):\n{res.stderr[-3000:]}")
     return json.loads(res.stdout.strip().splitlines()[-1])

@@ -7,6 +7,7 @@ back as pandas categoricals; the partition key comes back as an ``int64`` column
 """
 from __future__ import annotations
 
+import functools
 import os
 import re
 from collections.abc import Iterable, Sequence
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from perfscope.errors import CorruptRunError, UsageError
@@ -102,63 +104,167 @@ class Run:
             raise UsageError(f"table {name!r} has no column(s) {unknown}; it has {decl.column_names + ['rank']}")
         data_cols = [c for c in cols if c != "rank"]
         pieces: list[pa.Table] = []
+        ranks_of: list[np.ndarray] = []
         for rank, path in self.part_files(name, ranks):
-            pieces.append(_with_rank(_read_part(decl, path, data_cols), rank))
-        if pieces:
-            tbl = pa.concat_tables(pieces, promote_options="default")
-        else:
-            tbl = pa.Table.from_arrays(
-                [pa.array([], decl.column(c).type) for c in data_cols] + [pa.array([], pa.int64())],
-                names=[*data_cols, "rank"],
-            )
-        return _to_pandas(tbl.select(cols), decl)
+            piece = _read_part(decl, path, data_cols)
+            pieces.append(piece)
+            ranks_of.append(np.full(piece.num_rows, rank, dtype=np.int64))
+        if not pieces:
+            return _empty_frame(decl, cols)
+        tbl = pieces[0] if len(pieces) == 1 else pa.concat_tables(pieces, promote_options="default")
+        # The partition key straight from numpy: a Python list of n ints costs ~80 ms per 4M rows.
+        rank_col = ranks_of[0] if len(ranks_of) == 1 else np.concatenate(ranks_of)
+        return _to_pandas(tbl, decl, cols, rank_col)
 
 
-def _with_rank(tbl: pa.Table, rank: int) -> pa.Table:
-    # From a numpy buffer: a Python list of n ints costs ~80 ms per 4M rows.
-    return tbl.append_column("rank", pa.array(np.full(tbl.num_rows, rank, dtype=np.int64)))
-
-
-def _parquet_file(path: Path) -> pq.ParquetFile:
+def _parquet_file(path: Path, read_dictionary: list[str] | None = None) -> pq.ParquetFile:
     try:
-        return pq.ParquetFile(path)
+        return pq.ParquetFile(path, read_dictionary=read_dictionary)
     except (pa.ArrowInvalid, OSError) as e:
         raise CorruptRunError(f"cannot read part file {path}: {e}. Move it aside to read the rest of the run") from None
 
 
+# Below this many rows a part is decoded on the calling thread: handing a small file to
+# Arrow's thread pool costs more than it saves.
+_THREADED_ROWS = 1 << 16
+
+
 def _read_part(decl: Table, path: Path, columns: list[str]) -> pa.Table:
-    f = _parquet_file(path)
+    """Read ``columns`` of one part file; dictionary columns come back dictionary-typed
+    (Parquet's dictionary pages are kept: no string is materialised per row)."""
+    wanted = [c for c in decl.dictionary_columns if c in columns]
+    try:
+        f = _parquet_file(path, read_dictionary=wanted)
+    except KeyError:  # a part written before one of these columns existed
+        names = set(_parquet_file(path).schema_arrow.names)
+        f = _parquet_file(path, read_dictionary=[c for c in wanted if c in names])
     present = set(f.schema_arrow.names)
     try:
-        tbl = f.read(columns=[c for c in columns if c in present], use_threads=True)
+        tbl = f.read(columns=[c for c in columns if c in present], use_threads=f.metadata.num_rows >= _THREADED_ROWS)
     except (pa.ArrowInvalid, OSError) as e:
         raise CorruptRunError(f"cannot read part file {path}: {e}. Move it aside to read the rest of the run") from None
     # Columns added to the schema after this part was written come back as nulls.
     for c in columns:
         if c not in present:
-            tbl = tbl.append_column(c, pa.nulls(tbl.num_rows, decl.column(c).type))
+            tbl = tbl.append_column(c, pa.nulls(tbl.num_rows, _read_type(decl, c)))
     return tbl.select(columns)
 
 
-def _to_pandas(tbl: pa.Table, decl: Table) -> pd.DataFrame:
+def _read_type(decl: Table, name: str) -> pa.DataType:
+    """The Arrow type column ``name`` is read as: dictionary columns as dictionaries."""
+    col = decl.column(name)
+    return pa.dictionary(pa.int32(), col.type) if col.dictionary and not pa.types.is_dictionary(col.type) else col.type
+
+
+def _categorical(col: pa.ChunkedArray) -> Any:
+    """A dictionary-encoded column as a pandas categorical whose categories are its distinct
+    non-null values in order of first appearance (what ``dictionary_encode`` gives), built
+    from the dictionary and its indices without decoding a string per row."""
+    import pandas as pd
+
+    if not pa.types.is_dictionary(col.type) or not (pa.types.is_string(col.type.value_type)
+                                                      or pa.types.is_large_string(col.type.value_type)):
+        return _encoded(col)
+    if col.num_chunks > 1:
+        col = col.unify_dictionaries()
+    if col.num_chunks == 0:
+        return _encoded(col)
+    dictionary = col.chunk(0).dictionary
+    idx = [c.indices for c in col.chunks]
+    if any(i.null_count for i in idx):
+        idx = [pc.fill_null(i, -1) for i in idx]
+    codes = np.concatenate([i.to_numpy() for i in idx]) if len(idx) > 1 else idx[0].to_numpy()
+    valid = codes >= 0
+    all_valid = bool(valid.all())
+    # The dictionary in the file may hold values in another order, unused values or (a
+    # writer given a dictionary array) repeated values: re-code to first appearance.
+    used = pd.unique(codes if all_valid else codes[valid])
+    if used.size != len(dictionary) or (used != np.arange(used.size)).any():
+        mapping = np.full(len(dictionary), -1, dtype=np.int64)
+        mapping[used] = np.arange(used.size)
+        codes = mapping[codes] if all_valid else np.where(valid, mapping[np.where(valid, codes, 0)], -1)
+        dictionary = dictionary.take(pa.array(used))
+    names = dictionary.to_numpy(zero_copy_only=False)
+    if len(set(names)) != len(names):  # a repeated value: decode and re-encode
+        return _encoded(col.cast(col.type.value_type))
+    return _from_codes(codes, names)
+
+
+def _encoded(col: pa.ChunkedArray) -> Any:
+    """``col`` (strings) dictionary-encoded by Arrow and converted by it: the reference the
+    fast path in :func:`_categorical` reproduces."""
+    if pa.types.is_dictionary(col.type):
+        col = col.cast(col.type.value_type)
+    return col.dictionary_encode().to_pandas()
+
+
+def _from_codes(codes: np.ndarray, names: np.ndarray) -> Any:
+    """A pandas Categorical of ``names[codes]`` (-1 is null), with the categories dtype
+    Arrow's ``to_pandas`` gives: ``str`` (object when there is no category)."""
+    import pandas as pd
+
+    if len(names):
+        dtype = pd.CategoricalDtype(pd.Index(names, dtype=pd.StringDtype(na_value=np.nan)), ordered=False)
+    else:
+        dtype = _no_categories()
+    return pd.Categorical.from_codes(codes, dtype=dtype, validate=False)
+
+
+@functools.cache
+def _no_categories() -> Any:
+    """The dtype of a categorical without categories (dtypes are immutable: one serves all)."""
+    import pandas as pd
+
+    return pd.CategoricalDtype(pd.Index([], dtype=object), ordered=False)
+
+
+def _column(col: pa.ChunkedArray, dictionary: bool) -> Any:
+    """One Arrow column as the array the reader returns (see the module docstring)."""
+    import pandas as pd
+
+    if dictionary:
+        return _categorical(col)
+    if pa.types.is_dictionary(col.type):
+        col = col.cast(col.type.value_type)
+    if pa.types.is_integer(col.type):
+        if col.null_count:
+            return col.to_pandas(types_mapper={col.type: pd.Int64Dtype()}.get)
+        return col.to_numpy().astype("int64", copy=False)
+    if not col.null_count and (pa.types.is_boolean(col.type) or pa.types.is_floating(col.type)):
+        return col.to_numpy()  # what to_pandas gives, without its per-call overhead
+    return col.to_pandas()
+
+
+def _to_pandas(tbl: pa.Table, decl: Table, cols: list[str], rank: np.ndarray) -> pd.DataFrame:
     import pandas as pd  # here, not at the top: writing a run (an import) never needs it
 
     dict_cols = set(decl.dictionary_columns)
     arrays: dict[str, Any] = {}
-    for name in tbl.column_names:
-        col = tbl.column(name)
-        if pa.types.is_dictionary(col.type):
-            col = col.cast(col.type.value_type)
-        if pa.types.is_integer(col.type):
-            if col.null_count:
-                arrays[name] = col.to_pandas(types_mapper={col.type: pd.Int64Dtype()}.get)
-            else:
-                arrays[name] = col.to_numpy().astype("int64", copy=False)
-        elif name in dict_cols:
-            arrays[name] = col.dictionary_encode().to_pandas()
-        else:
-            arrays[name] = col.to_pandas()
+    for name in cols:
+        arrays[name] = rank if name == "rank" else _column(tbl.column(name), name in dict_cols)
     return pd.DataFrame(arrays, copy=False)
+
+
+def _empty_column(decl: Table, name: str) -> Any:
+    """The column of a table with no rows, with the dtype a read gives."""
+    if name == "rank":
+        return np.zeros(0, dtype=np.int64)
+    col = decl.column(name)
+    t = col.type.value_type if pa.types.is_dictionary(col.type) else col.type
+    if col.dictionary:
+        return _from_codes(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=object))
+    if pa.types.is_integer(t):
+        return np.zeros(0, dtype=np.int64)
+    if pa.types.is_boolean(t) or t == pa.float64():
+        return np.zeros(0, dtype=t.to_pandas_dtype())
+    return _column(pa.chunked_array([], t), False)
+
+
+def _empty_frame(decl: Table, cols: list[str]) -> pd.DataFrame:
+    """The frame of a table with no part file: no rows, the dtypes a read gives."""
+    import pandas as pd
+
+    return pd.DataFrame({c: _empty_column(decl, c) for c in cols})
 
 
 def _scan_parts(root: Path) -> dict[str, dict[int, list[Path]]]:
