@@ -205,7 +205,8 @@ class _CountingWriter:
 #: the --paired arms: name -> CuptiCollector keyword arguments (None: torch.profiler)
 PAIRED_ARMS: dict[str, dict[str, Any] | None] = {
     "perfscope": {},  # the defaults: what `perfscope record` and perfscope.profile use
-    "perfscope_activity": {"api_source": "activity"},  # API records from CUPTI's RUNTIME kind
+    "perfscope_activity": {"api_source": "activity"},  # API records from CUPTI's RUNTIME/DRIVER kinds
+    "perfscope_runtime": {"kinds": ("kernel", "memcpy", "memset", "sync", "runtime", "nvtx")},  # no driver calls
     "perfscope_noapi": {"kinds": ("kernel", "memcpy", "memset", "sync", "nvtx")},
     "perfscope_kernel": {"kinds": ("kernel",)},
     "torch": None,

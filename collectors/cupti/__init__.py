@@ -9,8 +9,8 @@ Interface (used by ``perfscope.profile`` and ``perfscope record``)::
 
     class CuptiCollector:
         def __init__(self, writer: RankWriter, *,
-                     kinds=("kernel", "memcpy", "memset", "sync", "runtime", "nvtx"),
-                     buffer_mb: int = 8): ...
+                     kinds=("kernel", "memcpy", "memset", "sync", "runtime", "driver", "nvtx"),
+                     buffer_mb: int = 8, api_source: str | None = None): ...
         def start(self) -> None
             Raises CuptiUnavailableError (perfscope.errors) when CUPTI is absent or held by
             another client (torch.profiler recording, Nsight Systems).  Nothing stays

@@ -30,7 +30,9 @@ KINDS: dict[str, tuple[int, ...]] = {
     "nvtx": (layouts.KIND_MARKER,),
     "overhead": (layouts.KIND_OVERHEAD,),
 }
-DEFAULT_KINDS = ("kernel", "memcpy", "memset", "sync", "runtime", "nvtx")
+# "driver" too: cuBLAS, cuDNN and Triton launch through the driver API (cuLaunchKernelEx),
+# so without it their kernels (the GEMMs) link to no launching call.
+DEFAULT_KINDS = ("kernel", "memcpy", "memset", "sync", "runtime", "driver", "nvtx")
 #: Where API records come from: ``callback``, the sink's own CUPTI callback for just the
 #: launch/copy/sync ids (falls back to ``activity`` when it cannot subscribe), or
 #: ``activity``, CUPTI's RUNTIME/DRIVER activity kinds filtered per id.
