@@ -34,9 +34,12 @@ def mapped_packages() -> tuple[list[str], dict[str, str]]:
 
 
 def native_extensions() -> list:
-    """Native libraries built at install time (see collectors/{nccl,cupti}/build.py)."""
+    """Native libraries built at install time (see collectors/{nccl,cupti}/build.py and
+    perfscope/store/kineto_filter_build.py)."""
     exts: list = []
-    for build in (ROOT / "collectors" / "nccl" / "build.py", ROOT / "collectors" / "cupti" / "build.py"):
+    builds = (ROOT / "collectors" / "nccl" / "build.py", ROOT / "collectors" / "cupti" / "build.py",
+              ROOT / "perfscope" / "store" / "kineto_filter_build.py")
+    for build in builds:
         if not build.exists():
             continue
         namespace: dict = {"__file__": str(build), "__name__": "perfscope_build"}

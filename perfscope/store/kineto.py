@@ -27,6 +27,14 @@ Decisions worth knowing:
   are exact (below 2**43 µs, checked by the decoder) and the same raw spans otherwise.
   Values the decimal parse refuses (more than three decimals, text) go through
   64-bit-mantissa arithmetic, exact up to ~10^16 µs.
+* **What no table keeps is not decoded.**  A native pre-filter
+  (:mod:`perfscope.store.kineto_filter`, one pass of C over the text, which it validates
+  as strict JSON) first cuts the events no table keeps (``cpu_op`` ops, flows, metadata:
+  about two thirds of a Kineto trace) and writes the rest over the text; every kept event
+  and every other member is copied byte for byte, and the kept events reach the table
+  builders in chunks of the original's boundaries, so the tables are the unfiltered
+  trace's, row for row.  A text the filter refuses, or without the library, is decoded
+  whole as below (which also words the errors).
 * **Decoding is typed, and only what a table needs is built.**  msgspec decodes events
   into small Structs tagged by their phase: complete (``X``) and counter (``C``) events
   get the fields used here, flows, metadata and the other phases become empty structs.
@@ -73,6 +81,7 @@ import pyarrow as pa
 import pyarrow.compute as pc  # casts and encodings below; imported here, not on first use
 
 from perfscope.errors import InputError, PerfscopeError, RunExistsError, UsageError
+from perfscope.store import kineto_filter
 from perfscope.store.arrays import bool_array, column, float_array, from_numpy, int_array, str_array, str_or_none, to_int
 from perfscope.store.names import normalize_collective
 
@@ -405,42 +414,170 @@ def _needs_text_times(data: bytes) -> bool:
     return m is not None and int(m.group(1)) >= (1 << 43)
 
 
-def decode_trace(data: bytes, path: Path, *, whole: bool | None = None) -> _Trace:
-    """Decode Kineto JSON text.
+def decode_trace(data: bytes, path: Path, *, whole: bool | None = None, text_times: bool | None = None) -> _Trace:
+    """Decode Kineto JSON text, every event of it (the importer decodes a filtered copy:
+    see :func:`_read_trace`).
 
     Files up to :data:`WHOLE_DECODE_BYTES` are decoded in one pass, events included (one
     parse instead of a scan plus chunks: faster, and the memory saved by chunks is small
     there).  Bigger files keep their events as raw spans, decoded a chunk at a time by
     :func:`iter_event_chunks`, which accepts either form.
 
+    Args:
+        data: the JSON text.
+        path: the file it came from (for messages).
+        whole: decode events in one pass (True) or keep raw spans (False); by size if None.
+        text_times: :func:`_needs_text_times` of ``data``, when the caller has it.
+
+    Returns:
+        the decoded :class:`_Trace`.
+
     Raises:
         InputError: malformed JSON, or JSON that is not a Kineto/Chrome trace object.
     """
-    if whole is None:
-        whole = len(data) <= WHOLE_DECODE_BYTES
-    try:
-        trace = _decode_whole(data) if whole else _DECODER.decode(data)
-    except msgspec.ValidationError as e:
-        raise InputError(f"{path} is not a Kineto trace ({e}); expected a JSON object with a traceEvents list") from None
-    except msgspec.DecodeError as e:
-        raise InputError(f"{path} is not valid JSON ({e}); the file may be truncated, re-export the trace") from None
-    if trace.traceEvents is None:
-        raise InputError(f"{path} is not a Kineto trace: it has no traceEvents list")
-    looks_kineto = (
-        trace.schemaVersion is not None or trace.deviceProperties is not None
-        or trace.distributedInfo is not None or trace.baseTimeNanoseconds is not None
-        or trace.perfscope is not None
-    )
-    if trace.traceEvents and not looks_kineto:
+    if text_times is None:
+        text_times = _needs_text_times(data)
+    trace = _decode_text(data, path, whole, text_times)
+    if trace.traceEvents and not _looks_kineto(trace):
         head = next(iter_event_chunks(trace.traceEvents[:1000], text_times=True, path=path))
         if not any(e.cat in _KINETO_CATS for e in head):
             raise InputError(f"{path} is a Chrome trace but not a PyTorch profiler (Kineto) trace: none of its events has a Kineto category")
     return trace
 
 
-def _decode_whole(data: bytes) -> _Trace:
-    """Header and events in one pass: float timestamps when exact, else their text."""
+#: texts from this size on are filtered in place by :func:`_read_trace`.
+_IN_PLACE_BYTES = 1 << 16
+
+
+def _read_trace(path: Path) -> tuple[_Trace, bool, list[int] | None]:
+    """Read and decode one trace file for the import: when the native pre-filter is built
+    (:mod:`perfscope.store.kineto_filter`), only the events some table may keep are
+    decoded; the trace is the original's less the others, every other member the same.  A
+    text the filter refuses, or whose filtered decode fails, goes through
+    :func:`decode_trace` whole, so errors read the same either way.
+
+    Returns:
+        (the trace, whether its timestamps are decoded as text (see
+        :func:`_needs_text_times`), and for a filtered trace the sizes of the chunks to
+        hand its events out in (see :func:`_chunk_sizes`), else None).
+
+    Raises:
+        InputError: see :func:`read_trace_bytes` and :func:`decode_trace`.
+    """
+    data = read_trace_bytes(path)
     text_times = _needs_text_times(data)
+    if kineto_filter.available():
+        # In place when big: the text is a fresh object of ours alone (tiny ones may be
+        # shared), so the filtered text can be written over it, without a second buffer's
+        # memory and page faults.  The original is then read again if it is needed.
+        in_place = len(data) >= _IN_PLACE_BYTES
+        kept = kineto_filter.run(data, _FILTER_RULES, chunk_events=CHUNK_EVENTS, in_place=in_place)
+        if in_place:
+            del data  # overwritten: only kept.text may be read now
+        trace = _decode_kept(kept, path, text_times)
+        sizes = _chunk_sizes(kept.chunk_counts, list(_FILTER_RULES.cats), CHUNK_EVENTS)
+        del kept
+        if trace is not None:
+            # (They always add up; if they ever did not, plain chunks lose no event.)
+            return trace, text_times, sizes if sum(sizes) == len(trace.traceEvents or ()) else None
+        if in_place:
+            data = read_trace_bytes(path)
+    # Unfiltered: its decode gives the errors their usual words and offsets.
+    return decode_trace(data, path, text_times=text_times), text_times, None
+
+
+# Events are classified a chunk at a time, and a few lists are joined per chunk from two
+# categories, the first's events then the second's: api rows (CUDA runtime, then driver
+# calls), markers (host, then GPU annotations), steps and record_param_comms ops (from
+# user annotations, then from cpu ops).
+_JOINED_PER_CHUNK = (("cuda_runtime", "cuda_driver"), ("user_annotation", "gpu_user_annotation"),
+                     ("user_annotation", "cpu_op"))
+
+
+def _chunk_sizes(counts: Sequence[Sequence[int]], cats: Sequence[str], limit: int) -> list[int]:
+    """The chunks to hand a filtered trace's events to the table builders in, so that the
+    tables are those of the unfiltered trace, rows in the same order.
+
+    Args:
+        counts: per chunk of ``limit`` events of the original trace, its kept events of
+            each category of ``cats`` and then of unknown ones (``Filtered.chunk_counts``).
+        cats: the categories, in the order of ``counts``.
+        limit: the most events in a chunk (:data:`CHUNK_EVENTS`).
+
+    Returns:
+        the sizes of the chunks: the original's, except that consecutive ones are joined
+        (fewer chunks cost less) while that changes no order of :data:`_JOINED_PER_CHUNK`
+        (the one joined first has none of a pair's second category, or the next none of its
+        first) and keeps them within ``limit``.
+    """
+    index = {cat: i for i, cat in enumerate(cats)}
+    pairs = [(index[first], index[second]) for first, second in _JOINED_PER_CHUNK]
+    unknown = len(cats)  # could be of any category: never joined
+    sizes: list[int] = []
+    held: list[int] = []  # per category, in the chunk being built
+    for row in counts:
+        n = sum(row)
+        if (sizes and sizes[-1] + n <= limit and not row[unknown] and not held[unknown]
+                and not any(held[second] and row[first] for first, second in pairs)):
+            sizes[-1] += n
+            held = [a + b for a, b in zip(held, row)]
+        else:
+            sizes.append(n)
+            held = list(row)
+    return sizes
+
+
+def _decode_kept(kept: kineto_filter.Filtered, path: Path, text_times: bool) -> _Trace | None:
+    """Decode a filtered text; None when only the original text can be trusted to give the
+    answer (the filter refused it, the decode failed, or the Kineto check of
+    :func:`decode_trace` needs the events that were dropped)."""
+    if kept.text is None:
+        return None
+    try:
+        trace = _decode_text(kept.text, path, None, text_times)
+    except (InputError, RecursionError):
+        return None  # the original's decode raises the error, with its own offsets
+    # Without Kineto's header keys decode_trace looks at the first 1000 events' categories,
+    # dropped ones included.
+    if kept.events and not _looks_kineto(trace):
+        return None
+    return trace
+
+
+def _decode_text(data: bytes | memoryview, path: Path, whole: bool | None, text_times: bool) -> _Trace:
+    """Decode ``data`` (see :func:`decode_trace`) and return the trace, which has a
+    ``traceEvents`` list.
+
+    Raises:
+        InputError: malformed JSON, not a JSON object, or no ``traceEvents`` list.
+    """
+    if whole is None:
+        whole = len(data) <= WHOLE_DECODE_BYTES
+    try:
+        trace = _decode_whole(data, text_times) if whole else _DECODER.decode(data)
+    except msgspec.ValidationError as e:
+        raise InputError(f"{path} is not a Kineto trace ({e}); expected a JSON object with a traceEvents list") from None
+    except msgspec.DecodeError as e:
+        raise InputError(f"{path} is not valid JSON ({e}); the file may be truncated, re-export the trace") from None
+    if trace.traceEvents is None:
+        raise InputError(f"{path} is not a Kineto trace: it has no traceEvents list")
+    return trace
+
+
+def _looks_kineto(trace: _Trace) -> bool:
+    """True when the trace's top level has a key only Kineto (or perfscope) writes."""
+    return (
+        trace.schemaVersion is not None or trace.deviceProperties is not None
+        or trace.distributedInfo is not None or trace.baseTimeNanoseconds is not None
+        or trace.perfscope is not None
+    )
+
+
+def _decode_whole(data: bytes | memoryview, text_times: bool | None = None) -> _Trace:
+    """Header and events in one pass: float timestamps when exact, else their text
+    (``text_times``: :func:`_needs_text_times` of the original text, computed if None)."""
+    if text_times is None:
+        text_times = _needs_text_times(data)
     if not text_times:
         try:
             return _FAST_WHOLE_FLOAT.decode(data)  # type: ignore[no-any-return]
@@ -462,9 +599,13 @@ def _decode_whole(data: bytes) -> _Trace:
 
 
 def iter_event_chunks(raws: list[Any], *, text_times: bool, path: Path | str = "trace",
-                      chunk: int = CHUNK_EVENTS) -> Iterator[list[_Event]]:
+                      chunk: int = CHUNK_EVENTS, sizes: Sequence[int] | None = None) -> Iterator[list[_Event]]:
     """Decode raw events ``chunk`` at a time into :class:`_Event` lists (a list of events
     already decoded by :func:`decode_trace` is handed out in chunks, and emptied).
+
+    ``sizes``, when given, are the chunks' lengths instead (empty chunks are skipped): a
+    filtered trace's events go out in the chunks of the original's boundaries, so that the
+    tables' rows come in the same order (markers and steps are joined per chunk).
 
     Timestamps decode as floats when that is exact (below 2**43 µs, i.e. relative to
     ``baseTimeNanoseconds``) and as their text otherwise (whole numbers arrive as ints):
@@ -474,16 +615,23 @@ def iter_event_chunks(raws: list[Any], *, text_times: bool, path: Path | str = "
     Raises:
         InputError: an event is not a JSON object of the expected shape.
     """
+    if sizes is None:
+        sizes = [chunk] * -(-len(raws) // chunk)
     if raws and not isinstance(raws[0], msgspec.Raw):
         # Already decoded: hand the list out a chunk at a time, removing each chunk from it
         # so that the events no table keeps are freed as the import goes.
-        while raws:
-            events = raws[:chunk]
-            del raws[:chunk]
-            yield events
+        for n in sizes:
+            if n and raws:
+                events = raws[:n]
+                del raws[:n]
+                yield events
         return
-    for start in range(0, len(raws), chunk):
-        data = _chunk_buffer(raws[start:start + chunk])
+    stop = 0
+    for n in sizes:
+        start, stop = stop, stop + n
+        if not n:
+            continue
+        data = _chunk_buffer(raws[start:stop])
         events: list[Any] | None = None
         # Epoch-µs traces keep their timestamps as raw spans (no text object per value).
         for decoder in (_FAST_RAW_EVENTS,) if text_times else (_FAST_FLOAT_EVENTS, _FAST_RAW_EVENTS):
@@ -503,7 +651,7 @@ def iter_event_chunks(raws: list[Any], *, text_times: bool, path: Path | str = "
             try:
                 events = _TEXT_TIME_EVENTS.decode(data)
             except msgspec.ValidationError as e:
-                raise InputError(f"{path}: an event in traceEvents[{start}:{start + chunk}] is malformed ({e})") from None
+                raise InputError(f"{path}: an event in traceEvents[{start}:{stop}] is malformed ({e})") from None
         # The map is unmapped when the last Raw pointing into it (the chunk's undecoded args)
         # goes, i.e. once the caller moves on to the next chunk.
         del data
@@ -981,7 +1129,7 @@ class _Classified:
         kept: dict[str, list[_Event]] = {}
         for cat, kind in _CAT_KIND.items():
             bucket = by_cat[cat]
-            ph = "C" if kind == "metrics" else "X"
+            ph = _kept_phase(kind)
             # The typed decoders' classes say the phase: when every event of the bucket has
             # it by its class (the usual case), no event needs looking at.
             if bucket and not set(map(type, bucket)) <= _PHASE_TYPES[ph]:
@@ -1035,6 +1183,21 @@ _CAT_KIND = {
     "gpu_user_annotation": "gpu_markers", "perfscope_host": "host", "perfscope_collective": "colls",
     "perfscope_metric": "metrics",
 }
+
+
+def _kept_phase(kind: str) -> str:
+    """The phase of the events of ``kind`` (a value of :data:`_CAT_KIND`) that are kept:
+    counters (``C``) for metrics, complete events (``X``) for every other kind."""
+    return "C" if kind == "metrics" else "X"
+
+
+# What :class:`_Classified` can keep, for the native pre-filter (_read_trace): the
+# categories and their phase, and the cpu_op names that matter.
+_FILTER_RULES = kineto_filter.Rules(
+    cats={cat: _kept_phase(kind) for cat, kind in _CAT_KIND.items()},
+    by_name=next(cat for cat, kind in _CAT_KIND.items() if kind == "cpu_op"),
+    prefixes=_CPU_OP_PREFIXES,
+)
 
 
 class _Launch(NamedTuple):
@@ -1577,8 +1740,9 @@ def import_kineto(
     try:
         # Ranks are known only after decoding, and decoding every file first would hold all
         # of them in memory: decode one at a time, write its rank, then drop it.
-        # Only run.json's last write is fsynced: everything here is in a hidden folder
-        # that is renamed into place at the end or removed (Parquet parts never are).
+        # Nothing is fsynced (1-9 ms per file on a plain disk): everything here is in a
+        # hidden folder that is renamed into place at the end or removed, and the trace
+        # files are still there to import again after a crash.
         create_run(tmp, source="import:kineto", collectors=["kineto"], command=[], durable=False)
         seen: dict[int, Path] = {}
         world_sizes: list[int] = []
@@ -1587,8 +1751,7 @@ def import_kineto(
         for path, size in zip(paths, sizes):
             if progress:
                 progress(f"reading {path.name}", done, total)
-            data = read_trace_bytes(path)
-            trace = decode_trace(data, path)
+            trace, text_times, chunk_sizes = _read_trace(path)
             if progress:
                 progress(f"converting {path.name}", done + size // 2, total)
             base = _to_int(trace.baseTimeNanoseconds) or 0
@@ -1619,8 +1782,8 @@ def import_kineto(
             owner = _pid_owner(trace)
             builders = {r: _RankBuilder(base, pid_map, device_map) for r, pid_map, _, _, device_map in groups}
             only = groups[0][0]
-            text_times = _needs_text_times(data)
-            for chunk in iter_event_chunks(trace.traceEvents or [], text_times=text_times, path=path):
+            for chunk in iter_event_chunks(trace.traceEvents or [], text_times=text_times, path=path,
+                                           chunk=CHUNK_EVENTS, sizes=chunk_sizes):
                 if owner is None:
                     builders[only].add(chunk)
                 else:
@@ -1630,7 +1793,6 @@ def import_kineto(
                     for r, evs in by_rank.items():
                         builders[r].add(evs)
             trace.traceEvents = None
-            del data
             for r, _, props, dist, _ in groups:
                 rt = builders.pop(r).finish()
                 written = write_rank_tables(tmp, r, _arrow_tables(rt.tables))
@@ -1666,7 +1828,8 @@ def import_kineto(
                 result.warnings.append("no distributedInfo.rank in " + ", ".join(guessed) + " (ranks given in file order)")
         world = max(world_sizes) if world_sizes else None
         world = max(world or 0, len(seen), (max(seen) + 1) if seen else 0)
-        update_run(tmp, status="complete", world_size=world, notes=[f"imported from {p}" for p in paths] + result.warnings)
+        update_run(tmp, status="complete", world_size=world, notes=[f"imported from {p}" for p in paths] + result.warnings,
+                   durable=False)
         if progress:
             progress("writing run", total, total)
         _move_into_place(tmp, out, force)

@@ -147,12 +147,13 @@ def _clear_run(root: Path) -> None:
             p.unlink()
 
 
-def update_run(path: str | os.PathLike[str], **fields: Any) -> dict[str, Any]:
-    """Update top-level fields of ``run.json`` (single writer: the launcher) and return it."""
+def update_run(path: str | os.PathLike[str], *, durable: bool = True, **fields: Any) -> dict[str, Any]:
+    """Update top-level fields of ``run.json`` (single writer: the launcher) and return it
+    (see :func:`atomic_write_json` for ``durable``)."""
     p = Path(path) / RUN_JSON
     meta = read_json(p)
     meta.update(fields)
-    atomic_write_json(p, meta)
+    atomic_write_json(p, meta, durable=durable)
     return meta
 
 

@@ -1,0 +1,58 @@
+"""Build of the Kineto pre-filter (``kineto_filter.c``).
+
+``setup.py`` execs this file and calls :func:`extensions`.  The filter is a plain shared
+library loaded with ctypes (no Python headers are used), named like an extension module
+so that setuptools builds and installs it next to :mod:`perfscope.store.kineto_filter`.
+Without it the importer decodes whole traces, as it did before the filter existed.
+
+From a source checkout without installing: ``python perfscope/store/kineto_filter_build.py``
+compiles it in place with ``cc``.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sysconfig
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+SOURCE = HERE / "kineto_filter.c"
+MODULE = "perfscope.store._kineto_filter"
+CFLAGS = ["-O2", "-std=gnu11", "-fvisibility=hidden", "-Wall"]
+
+
+def extensions() -> list:
+    """The setuptools Extension for the filter (empty where the compiler may not be GCC or
+    Clang: the source uses their extensions, and the importer works without it)."""
+    if os.name != "posix":
+        return []
+    from setuptools import Extension
+
+    root = HERE.parent.parent
+    return [Extension(
+        MODULE,
+        sources=[str(SOURCE.relative_to(root))],
+        extra_compile_args=[*CFLAGS, "-pthread"],
+        extra_link_args=["-pthread"],
+        # Not a Python module: nothing to export but kf_filter.
+        py_limited_api=False,
+        # Without it imports only take longer: a failed build must not fail the install.
+        optional=True,
+    )]
+
+
+def build_in_place(cc: str | None = None, extra_flags: list[str] | None = None) -> Path:
+    """Compile ``kineto_filter.c`` next to itself and return the library's path.
+
+    ``extra_flags`` are added to the compiler's (e.g. ``-fsanitize=address,undefined``).
+    """
+    suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
+    out = HERE / f"_kineto_filter{suffix}"
+    cmd = [cc or os.environ.get("CC", "cc"), *CFLAGS, *(extra_flags or []), "-pthread", "-shared", "-fPIC",
+           "-o", str(out), str(SOURCE)]
+    subprocess.run(cmd, check=True)
+    return out
+
+
+if __name__ == "__main__":
+    build_in_place()  # a checkout without `pip install -e .`: the library lands beside the source
