@@ -95,7 +95,7 @@ def load() -> ctypes.CDLL:
         "ps_enable_api": (ctypes.c_int, [ctypes.c_int, ctypes.POINTER(ctypes.c_uint32), ctypes.c_size_t]),
         "ps_unsubscribe": (ctypes.c_int, []),
         "ps_api_stats": (None, [u64p]),
-        "ps_test_api_call": (None, [ctypes.c_int, ctypes.c_uint32, ctypes.c_uint32, ctypes.c_int32]),
+        "ps_test_api_call": (None, [ctypes.c_int, ctypes.c_uint32, ctypes.c_uint32, ctypes.c_int32, ctypes.c_uint32]),
     }
     for name, (res, args) in sigs.items():
         fn = getattr(lib, name)
@@ -231,9 +231,10 @@ class Sink:
         self.lib.ps_api_stats(out)
         return {"api_records": int(out[0]), "api_dropped": int(out[1])}
 
-    def test_api_call(self, domain: int, cbid: int, correlation_id: int, ret: int = 0) -> None:
-        """Run the API callback's enter and exit for one call, as CUPTI would (tests)."""
-        self.lib.ps_test_api_call(domain, cbid, correlation_id, ret)
+    def test_api_call(self, domain: int, cbid: int, correlation_id: int, ret: int = 0, nested_driver_cbid: int = 0) -> None:
+        """Run the API callback's enter and exit for one call, as CUPTI would, with a
+        driver call of ``nested_driver_cbid`` inside it when non-zero (tests)."""
+        self.lib.ps_test_api_call(domain, cbid, correlation_id, ret, nested_driver_cbid)
 
     def feed_plain(self, buffer: bytes | np.ndarray) -> None:
         """Process a buffer of end-to-end records as if CUPTI had completed it (tests)."""

@@ -302,6 +302,7 @@ static bucket_t g_stage[2];      /* [0] driver, [1] runtime: records not yet mov
 static uint64_t g_cb_records = 0, g_cb_dropped = 0;
 static ps_subscriber_t g_subscriber = NULL;
 static __thread uint32_t t_tid;
+static __thread int t_in_runtime; /* inside a recorded runtime call on this thread */
 static uint32_t g_pid;
 
 static uint64_t api_timestamp(void) {
@@ -316,10 +317,16 @@ static void api_callback(void *userdata, int domain, uint32_t cbid, const void *
     (void)userdata;
     if (domain != PS_DOMAIN_DRIVER && domain != PS_DOMAIN_RUNTIME) return;
     const ps_cbdata_t *d = (const ps_cbdata_t *)cbdata;
+    /* A driver call the runtime makes inside a recorded runtime call (cudaLaunchKernel ->
+     * cuLaunchKernel) is part of that call, not a second one: only driver calls made
+     * directly (cuBLAS, Triton) are recorded. */
+    if (domain == PS_DOMAIN_DRIVER && t_in_runtime) return;
     if (d->site == 0) { /* enter: CUPTI keeps this per-call slot until the exit callback */
+        if (domain == PS_DOMAIN_RUNTIME) t_in_runtime++;
         if (d->correlation_data) *d->correlation_data = api_timestamp();
         return;
     }
+    if (domain == PS_DOMAIN_RUNTIME && t_in_runtime) t_in_runtime--;
     uint64_t end = api_timestamp();
     uint64_t start = d->correlation_data ? *d->correlation_data : end;
     if (!t_tid) t_tid = (uint32_t)syscall(SYS_gettid);
@@ -637,8 +644,10 @@ PS_EXPORT void ps_api_stats(uint64_t *out) {
     pthread_mutex_unlock(&g_cb_mu);
 }
 
-/* Tests: one API call's enter and exit callbacks, as CUPTI makes them. */
-PS_EXPORT void ps_test_api_call(int domain, uint32_t cbid, uint32_t correlation_id, int32_t ret) {
+/* Tests: one API call's enter and exit callbacks, as CUPTI makes them; with
+ * nested_cbid != 0, a driver call of that id is made between them (a runtime call's own
+ * driver call). */
+PS_EXPORT void ps_test_api_call(int domain, uint32_t cbid, uint32_t correlation_id, int32_t ret, uint32_t nested_cbid) {
     uint64_t slot = 0;
     ps_cbdata_t d = {0};
     d.correlation_data = &slot;
@@ -646,6 +655,16 @@ PS_EXPORT void ps_test_api_call(int domain, uint32_t cbid, uint32_t correlation_
     d.function_return_value = &ret;
     if (!g_pid) g_pid = (uint32_t)getpid();
     api_callback(NULL, domain, cbid, &d);
+    if (nested_cbid) {
+        uint64_t inner_slot = 0;
+        ps_cbdata_t inner = d;
+        inner.correlation_data = &inner_slot;
+        inner.correlation_id = correlation_id + 1;
+        inner.site = 0;
+        api_callback(NULL, PS_DOMAIN_DRIVER, nested_cbid, &inner);
+        inner.site = 1;
+        api_callback(NULL, PS_DOMAIN_DRIVER, nested_cbid, &inner);
+    }
     d.site = 1;
     api_callback(NULL, domain, cbid, &d);
 }

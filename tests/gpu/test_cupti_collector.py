@@ -66,8 +66,11 @@ def test_tables_have_copies_memsets_syncs_api_and_nvtx(recorded: dict) -> None:
     linked = k["correlation"].isin(api["correlation"])
     assert linked.all(), k.loc[~linked, "name"].astype(str).value_counts().head().to_dict()
     assert {"runtime", "driver"} <= set(api["kind"].astype(str))
-    # A runtime call and the driver call the runtime makes inside it are one record, not two.
+    # A runtime call and the driver call the runtime makes inside it are one record, not two:
+    # one launch call per kernel.
     assert not api["correlation"].duplicated().any()
+    launches = api[api["name"].astype(str).str.contains("Launch")]
+    assert len(launches) == len(k), launches["name"].astype(str).value_counts().to_dict()
     markers = run.table("markers")
     names = set(markers["name"].astype(str))
     assert {f"step {i}" for i in range(steps)} <= names

@@ -199,6 +199,19 @@ def test_api_callback_records_decode_like_activity_records(sink) -> None:
     assert sink.api_stats() == {"api_records": 3, "api_dropped": 0}
 
 
+def test_driver_calls_inside_a_runtime_call_are_not_recorded_twice(sink) -> None:
+    sink.reset()
+    sink.configure([layouts.KIND_RUNTIME, layouts.KIND_DRIVER])
+    launch = next(k for k, v in cbids.RUNTIME.items() if v == "cudaLaunchKernel")
+    cu_launch = next(k for k, v in cbids.DRIVER.items() if v == "cuLaunchKernel")
+    sink.test_api_call(2, launch, 10, nested_driver_cbid=cu_launch)  # the runtime's own driver call
+    sink.test_api_call(1, cu_launch, 20)  # a library's direct driver launch (cuBLAS, Triton)
+    sink.test_api_call(2, launch, 30)
+    rt = decode.records(sink.take(layouts.KIND_RUNTIME), layouts.API)
+    drv = decode.records(sink.take(layouts.KIND_DRIVER), layouts.API)
+    assert rt["correlation_id"].tolist() == [10, 30] and drv["correlation_id"].tolist() == [20]
+
+
 def test_api_callback_records_need_a_configured_kind_and_respect_the_limit(sink) -> None:
     sink.reset()
     sink.configure([layouts.KIND_CONCURRENT_KERNEL])  # runtime not configured: records go nowhere
