@@ -2,16 +2,7 @@
 # One device call for the CUPTI collector: install, build, record samples, GPU tests,
 # unit tests on the fresh samples, then the overhead benchmark.  Logs and results go to $OUT.
 #   bash tests/gpu/cupti_device_run.sh [benchmark args...]
-set -u -o pipefail
-export PYTHONUNBUFFERED=1
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-log() { echo "== $(date -u +%T) $*"; }
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-fi
-log install; python3 -m pip install -q -e . --no-deps --no-build-isolation 2>&1 | tail -3
-python3 collectors/cupti/build.py
+source tests/gpu/device_env.sh
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
 python3 -c "import torch, perfscope.collectors.cupti as c; print('torch', torch.__version__, 'available', c.available())"
 log samples

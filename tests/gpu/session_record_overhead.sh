@@ -3,16 +3,7 @@
 # sink's callback), the NCCL plugin through `perfscope record -- torchrun` on 2 and 4 ranks,
 # then the paired overhead benchmark with every arm.  Logs, runs and results go to $OUT.
 #   bash tests/gpu/session_record_overhead.sh [overhead.py args...]
-set -u -o pipefail
-export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-log() { echo "== $(date -u +%T) $*"; }
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-fi
-log install; python3 -m pip install -q -e . --no-deps --no-build-isolation 2>&1 | tail -2
-python3 collectors/cupti/build.py
+source tests/gpu/device_env.sh
 log facts
 cat /sys/devices/system/clocksource/clocksource0/current_clocksource /sys/devices/system/clocksource/clocksource0/available_clocksource
 nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader
