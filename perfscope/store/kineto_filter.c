@@ -275,6 +275,19 @@ static const uint8_t *scan_literal(kf_ctx *c, const uint8_t *p) {
     return p + n;
 }
 
+/* Scan an object member's key and colon at p (whitespace already skipped); returns the
+ * first byte of its value, whitespace skipped (NULL on error). */
+static const uint8_t *scan_member_key(kf_ctx *c, const uint8_t *p, const uint8_t *end) {
+    int escaped;
+    if (p >= end) return fail(c, KF_ERR_TRUNCATED, p);
+    if (*p != '"') return fail(c, KF_ERR_SYNTAX, p);
+    if (!(p = scan_string(c, p + 1, &escaped))) return NULL;
+    p = skip_ws(p, end);
+    if (p >= end) return fail(c, KF_ERR_TRUNCATED, p);
+    if (*p != ':') return fail(c, KF_ERR_SYNTAX, p);
+    return skip_ws(p + 1, end);
+}
+
 /* Skip (and validate) one value at p, whose container is at nesting level `depth` (root
  * object = 1).  Iterative: a byte per open container on a fixed stack. */
 static const uint8_t *skip_value(kf_ctx *c, const uint8_t *p, int depth) {
@@ -301,14 +314,7 @@ static const uint8_t *skip_value(kf_ctx *c, const uint8_t *p, int depth) {
                 top--;
                 break;
             }
-            if (close == '}') {
-                if (*p != '"') return fail(c, KF_ERR_SYNTAX, p);
-                if (!(p = scan_string(c, p + 1, &escaped))) return NULL;
-                p = skip_ws(p, end);
-                if (p >= end) return fail(c, KF_ERR_TRUNCATED, p);
-                if (*p != ':') return fail(c, KF_ERR_SYNTAX, p);
-                p = skip_ws(p + 1, end);
-            }
+            if (close == '}' && !(p = scan_member_key(c, p, end))) return NULL;
             continue;  /* the first member's value */
         }
         case 't': case 'f': case 'n':
@@ -331,15 +337,7 @@ static const uint8_t *skip_value(kf_ctx *c, const uint8_t *p, int depth) {
             }
             if (*p != ',') return fail(c, KF_ERR_SYNTAX, p);
             p = skip_ws(p + 1, end);
-            if (stack[top - 1] == '}') {
-                if (p >= end) return fail(c, KF_ERR_TRUNCATED, p);
-                if (*p != '"') return fail(c, KF_ERR_SYNTAX, p);
-                if (!(p = scan_string(c, p + 1, &escaped))) return NULL;
-                p = skip_ws(p, end);
-                if (p >= end) return fail(c, KF_ERR_TRUNCATED, p);
-                if (*p != ':') return fail(c, KF_ERR_SYNTAX, p);
-                p = skip_ws(p + 1, end);
-            }
+            if (stack[top - 1] == '}' && !(p = scan_member_key(c, p, end))) return NULL;
             break;
         }
     }
