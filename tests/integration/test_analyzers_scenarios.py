@@ -85,6 +85,9 @@ def test_single_gpu_scenarios_recorded_by_perfscope(name: str) -> None:
     assert (path / "run.json").is_file(), f"committed fixture {path} is missing (check .gitignore)"
     run = open_run(path)
     assert run.meta["source"] == "record" and run.meta["status"] == "complete"
+    # Every kernel links to the call that launched it (cuBLAS GEMMs through the driver API).
+    kernels, api = run.table("kernels"), run.table("api")
+    assert kernels["correlation"].isin(api["correlation"]).all()
     a = analyze_run(run)
     assert len(a.steps) >= 6  # steps from the optimizer hook, no marker in the script
     totals = a.steps[list(BUCKET_COLUMNS)].sum()
