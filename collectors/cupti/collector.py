@@ -151,11 +151,25 @@ class CuptiCollector:
             CuptiUnavailableError: no GPU, no cupti-python or libcupti, unsupported CUPTI,
                 or CUPTI is held by another tool (torch.profiler, Nsight Systems); the
                 message says which.  Nothing stays enabled after the error.
-            CollectorError: the collector was already started.
+            CollectorError: the collector was already started, or another one is
+                recording in this process (the native sink and CUPTI are per process).
         """
         if self._state != "new":
             raise CollectorError("this CuptiCollector was already started; create a new one")
         t0 = time.perf_counter_ns()
+        with _ACTIVE_LOCK:
+            if _ACTIVE:
+                raise CollectorError("another CuptiCollector is recording in this process (CUPTI and perfscope's sink "
+                                     "serve one recording at a time); stop it first")
+            _ACTIVE.append(self)
+        try:
+            self._start_checked(t0)
+        except BaseException:
+            _release(self)
+            raise
+
+    def _start_checked(self, t0: int) -> None:
+        """:meth:`start` once this collector is the process's only one."""
         ok, why = probe.available()
         if not ok:
             raise CuptiUnavailableError(f"GPU activity cannot be recorded: {why}")
@@ -169,6 +183,7 @@ class CuptiCollector:
         if not self._subscribe_native(sink):
             self._subscribe(cupti)
         try:
+            sink.reset()  # only now: a start refused above must not touch another's records
             self._start_sink(cupti, sink)
         except BaseException:
             self._teardown(cupti)
@@ -226,7 +241,6 @@ class CuptiCollector:
         if path is None:
             raise CuptiUnavailableError("cannot find the libcupti that cupti-python loaded")
         sink.open(path)
-        sink.reset()
         self._sink = sink
         return sink
 
@@ -370,15 +384,18 @@ class CuptiCollector:
         if self._state != "running":
             return {"rows": dict(self._rows), "warnings": list(self.warnings)}
         cupti = _cupti()
-        _sync_current_context()
-        with self._lock:
-            assert self._sink is not None
-            self._sink.flush(forced=False)
-            self._teardown(cupti)
-            self._sink.flush(forced=True)
-            self._drain()
-        self._state = "stopped"
-        return self._stats(cupti)
+        try:
+            _sync_current_context()
+            with self._lock:
+                assert self._sink is not None
+                self._sink.flush(forced=False)
+                self._teardown(cupti)
+                self._sink.flush(forced=True)
+                self._drain()
+            self._state = "stopped"
+            return self._stats(cupti)
+        finally:
+            _release(self)  # only now may another collector start (and reset the sink)
 
     def _teardown(self, cupti: Any) -> None:
         """Disable what start() enabled and give up the subscriber slot (no finalize)."""
@@ -401,6 +418,7 @@ class CuptiCollector:
     def _stats(self, cupti: Any) -> dict[str, Any]:
         assert self._sink is not None
         s = self._sink.stats()
+        api = self._sink.api_stats()
         name_of = {k: lay.name for k, lay in layouts.LAYOUTS.items()}
         seen: dict[int, int] = s["seen"]  # type: ignore[assignment]
         kept: dict[int, int] = s["kept"]  # type: ignore[assignment]
@@ -418,10 +436,11 @@ class CuptiCollector:
             "records": records,
             "api_filtered": int(s["api_filtered"]),  # type: ignore[arg-type]
             "api_source": "callback" if self._api_from_callback else "activity",
-            "api_callback": self._sink.api_stats(),
+            "api_callback": api,
             "dropped": {
                 "cupti": int(s["dropped_cupti"]), "sink": int(s["dropped_sink"]),  # type: ignore[arg-type]
                 "buffers_refused": int(s["buffers_refused"]),  # type: ignore[arg-type]
+                "api_callback": api["api_dropped"],
             },
             "untimed_records": self._untimed,
             "overhead": {
@@ -443,6 +462,15 @@ class CuptiCollector:
 
 #: the sink's string table is per process (ids never reset), so its decoded copy is too
 _STRINGS = decode.StringTable()
+#: the collector recording in this process (at most one: the sink and CUPTI are per process)
+_ACTIVE: list[CuptiCollector] = []
+_ACTIVE_LOCK = threading.Lock()
+
+
+def _release(coll: CuptiCollector) -> None:
+    with _ACTIVE_LOCK:
+        if coll in _ACTIVE:
+            _ACTIVE.remove(coll)
 
 
 def _no_callback(*_args: Any) -> None:

@@ -96,6 +96,8 @@ def load() -> ctypes.CDLL:
         "ps_unsubscribe": (ctypes.c_int, []),
         "ps_api_stats": (None, [u64p]),
         "ps_test_api_call": (None, [ctypes.c_int, ctypes.c_uint32, ctypes.c_uint32, ctypes.c_int32, ctypes.c_uint32]),
+        "ps_test_api_half": (None, [ctypes.c_int, ctypes.c_uint32, ctypes.c_uint32, ctypes.c_int]),
+        "ps_test_new_session": (None, []),
     }
     for name, (res, args) in sigs.items():
         fn = getattr(lib, name)
@@ -220,6 +222,14 @@ class Sink:
         ids = sorted(set(cbids))
         arr = (ctypes.c_uint32 * len(ids))(*ids)
         return int(self.lib.ps_enable_api(domain, arr, len(ids)))
+
+    def test_api_half(self, domain: int, cbid: int, correlation_id: int, exit: bool) -> None:
+        """Run only the enter (``exit`` false) or only the exit callback of one call (tests)."""
+        self.lib.ps_test_api_half(domain, cbid, correlation_id, 1 if exit else 0)
+
+    def test_new_session(self) -> None:
+        """Start a new subscription session as :meth:`subscribe` does, without CUPTI (tests)."""
+        self.lib.ps_test_new_session()
 
     def unsubscribe(self) -> int:
         """Give the subscriber slot back; returns the CUptiResult."""

@@ -278,12 +278,18 @@ static void buffer_completed(void *ctx, uint32_t stream, uint8_t *buffer, size_t
  * the one kernel and copy records carry; timestamps come from cuptiGetTimestamp, the
  * clock of every other record.
  *
- * The callback runs on the launching thread: it takes only g_cb_mu, never g_mu (which a
- * buffer walk holds for milliseconds), and appends to a staging bucket that the drain
- * functions move into the kind's bucket. */
+ * The callback runs on the application's launching threads, so it takes one short lock,
+ * g_cb_mu, held only to append 40 bytes or to swap a buffer: a drain swaps the staged
+ * records out under it (constant time) and moves them into the kind's bucket under g_mu
+ * afterwards, so a buffer walk holding g_mu for milliseconds never delays a launch.
+ * Drains are serialised by g_merge_mu.  Lock order: g_merge_mu, g_cb_mu, g_mu.
+ *
+ * Staged records are bounded by a quarter of the bucket limit (both domains together),
+ * so the sink holds at most 1.25 times max_pending_mb. */
 #define PS_DOMAIN_DRIVER 1
 #define PS_DOMAIN_RUNTIME 2
 #define PS_API_REC 40
+#define PS_ERROR_MULTIPLE_SUBSCRIBERS 39
 
 typedef struct {
     int site;                    /* CUpti_ApiCallbackSite: 0 enter, 1 exit */
@@ -297,13 +303,25 @@ typedef struct {
     uint32_t correlation_id;
 } ps_cbdata_t;                   /* CUpti_CallbackData (cupti_callbacks.h) */
 
+static pthread_mutex_t g_merge_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_mutex_t g_cb_mu = PTHREAD_MUTEX_INITIALIZER;
-static bucket_t g_stage[2];      /* [0] driver, [1] runtime: records not yet moved */
+static bucket_t g_stage[2];      /* [0] driver, [1] runtime: records not yet moved (g_cb_mu) */
+static bucket_t g_spare[2];      /* emptied stage buffers kept for reuse (g_merge_mu) */
+static size_t g_stage_bytes = 0; /* both stages (g_cb_mu) */
 static uint64_t g_cb_records = 0, g_cb_dropped = 0;
 static ps_subscriber_t g_subscriber = NULL;
-static __thread uint32_t t_tid;
-static __thread int t_in_runtime; /* inside a recorded runtime call on this thread */
 static uint32_t g_pid;
+static uint32_t g_session;       /* bumped at each subscribe; per-thread state of older ones is stale */
+
+/* Per thread: API calls on one thread nest (enter/exit in LIFO order), so counters are
+ * enough.  t_open: recorded calls entered and not yet exited; t_in_runtime: of those, runtime
+ * calls (a driver call inside one is that call's own, not recorded).  Both restart when the
+ * thread first calls back in a new session: a call entered before an unsubscribe never exits
+ * in the old session. */
+static __thread uint32_t t_tid;
+static __thread uint32_t t_session;
+static __thread int t_open;
+static __thread int t_in_runtime;
 
 static uint64_t api_timestamp(void) {
     uint64_t t = 0;
@@ -317,15 +335,23 @@ static void api_callback(void *userdata, int domain, uint32_t cbid, const void *
     (void)userdata;
     if (domain != PS_DOMAIN_DRIVER && domain != PS_DOMAIN_RUNTIME) return;
     const ps_cbdata_t *d = (const ps_cbdata_t *)cbdata;
+    uint32_t session = __atomic_load_n(&g_session, __ATOMIC_RELAXED);
+    if (t_session != session) {
+        t_session = session;
+        t_open = t_in_runtime = 0;
+    }
     /* A driver call the runtime makes inside a recorded runtime call (cudaLaunchKernel ->
      * cuLaunchKernel) is part of that call, not a second one: only driver calls made
      * directly (cuBLAS, Triton) are recorded. */
     if (domain == PS_DOMAIN_DRIVER && t_in_runtime) return;
     if (d->site == 0) { /* enter: CUPTI keeps this per-call slot until the exit callback */
+        t_open++;
         if (domain == PS_DOMAIN_RUNTIME) t_in_runtime++;
         if (d->correlation_data) *d->correlation_data = api_timestamp();
         return;
     }
+    if (t_open == 0) return; /* its enter came before this session: no start time */
+    t_open--;
     if (domain == PS_DOMAIN_RUNTIME && t_in_runtime) t_in_runtime--;
     uint64_t end = api_timestamp();
     uint64_t start = d->correlation_data ? *d->correlation_data : end;
@@ -342,42 +368,72 @@ static void api_callback(void *userdata, int domain, uint32_t cbid, const void *
     memcpy(rec + 32, &d->correlation_id, 4);
     memcpy(rec + 36, &ret, 4);
     bucket_t *b = &g_stage[domain == PS_DOMAIN_RUNTIME];
+    size_t limit = __atomic_load_n(&g_bucket_limit, __ATOMIC_RELAXED) / 4;
     pthread_mutex_lock(&g_cb_mu);
-    /* bounded like the buckets (g_bucket_limit is read without g_mu: a stale value only
-     * moves the bound by one limit change) */
-    if (b->len + PS_API_REC > g_bucket_limit || grow((void **)&b->data, &b->cap, b->len + PS_API_REC, 1) != 0) {
+    if (g_stage_bytes + PS_API_REC > limit || grow((void **)&b->data, &b->cap, b->len + PS_API_REC, 1) != 0) {
         g_cb_dropped++;
     } else {
         memcpy(b->data + b->len, rec, PS_API_REC);
         b->len += PS_API_REC;
+        g_stage_bytes += PS_API_REC;
         g_cb_records++;
     }
     pthread_mutex_unlock(&g_cb_mu);
 }
 
-/* Move staged callback records of `kind` into its bucket (caller holds neither lock). */
+/* Move staged callback records of `kind` into its bucket: as many whole records as the
+ * bucket limit allows, the rest counted as dropped (caller holds no lock). */
 static void merge_stage(int kind) {
     if (kind != PS_KIND_RUNTIME && kind != PS_KIND_DRIVER) return;
-    bucket_t *st = &g_stage[kind == PS_KIND_RUNTIME];
+    int i = kind == PS_KIND_RUNTIME;
+    pthread_mutex_lock(&g_merge_mu);
     pthread_mutex_lock(&g_cb_mu);
-    if (!st->len) { pthread_mutex_unlock(&g_cb_mu); return; }
-    pthread_mutex_lock(&g_mu); /* order: g_cb_mu, then g_mu (nothing takes them the other way) */
+    bucket_t taken = g_stage[i];
+    if (!taken.len) {
+        pthread_mutex_unlock(&g_cb_mu);
+        pthread_mutex_unlock(&g_merge_mu);
+        return;
+    }
+    g_stage[i] = g_spare[i]; /* empty; the callback appends to it from now on */
+    g_stage_bytes -= taken.len;
+    pthread_mutex_unlock(&g_cb_mu);
+
+    pthread_mutex_lock(&g_mu);
     bucket_t *b = &g_bucket[kind];
-    size_t n = st->len;
-    if (!b->enabled || b->rec_size != PS_API_REC || g_bucket_bytes + n > g_bucket_limit ||
-        grow((void **)&b->data, &b->cap, b->len + n, 1) != 0) {
-        g_dropped_sink += n / PS_API_REC;
-    } else {
-        memcpy(b->data + b->len, st->data, n);
+    size_t n = 0;
+    if (b->enabled && b->rec_size == PS_API_REC) {
+        size_t room = g_bucket_limit > g_bucket_bytes ? g_bucket_limit - g_bucket_bytes : 0;
+        n = taken.len < room ? taken.len : room - room % PS_API_REC;
+        if (n && grow((void **)&b->data, &b->cap, b->len + n, 1) != 0) n = 0;
+    }
+    if (n) {
+        memcpy(b->data + b->len, taken.data, n);
         b->len += n;
         g_bucket_bytes += n;
-        g_seen[kind] += n / PS_API_REC;
         g_kept[kind] += n / PS_API_REC;
     }
-    st->len = 0;
+    g_seen[kind] += taken.len / PS_API_REC;
+    g_dropped_sink += (taken.len - n) / PS_API_REC;
     pthread_mutex_unlock(&g_mu);
-    pthread_mutex_unlock(&g_cb_mu);
+
+    taken.len = 0;
+    g_spare[i] = taken; /* its memory serves the next swap */
+    pthread_mutex_unlock(&g_merge_mu);
 }
+
+/* In a forked child only the forking thread exists: locks another thread held stay held
+ * forever, and the cached ids are the parent's.  Start the child over. */
+static void after_fork_child(void) {
+    pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
+    g_mu = fresh;
+    g_cb_mu = fresh;
+    g_merge_mu = fresh;
+    g_pid = (uint32_t)getpid();
+    t_tid = 0;
+}
+
+static pthread_once_t g_atfork_once = PTHREAD_ONCE_INIT;
+static void install_atfork(void) { pthread_atfork(NULL, NULL, after_fork_child); }
 
 /* ------------------------------------ exported API ------------------------------------ */
 
@@ -394,6 +450,7 @@ PS_EXPORT int ps_open(const char *path) {
     p_next = (CUptiResult(*)(uint8_t *, size_t, void **))dlsym(h, "cuptiActivityGetNextRecord");
     p_dropped = (CUptiResult(*)(void *, uint32_t, size_t *))dlsym(h, "cuptiActivityGetNumDroppedRecords");
     p_flush_all = (CUptiResult(*)(uint32_t))dlsym(h, "cuptiActivityFlushAll");
+    pthread_once(&g_atfork_once, install_atfork);
     p_timestamp = (CUptiResult(*)(uint64_t *))dlsym(h, "cuptiGetTimestamp");
     p_subscribe = (CUptiResult(*)(ps_subscriber_t *, ps_cb_fn, void *))dlsym(h, "cuptiSubscribe");
     p_unsubscribe = (CUptiResult(*)(ps_subscriber_t))dlsym(h, "cuptiUnsubscribe");
@@ -443,7 +500,7 @@ PS_EXPORT void ps_set_limits(size_t buf_size, size_t max_outstanding, size_t buc
         while (g_pool_n) free(g_pool[--g_pool_n]); /* pooled buffers have the old size */
     }
     if (max_outstanding) g_max_outstanding = max_outstanding;
-    if (bucket_limit) g_bucket_limit = bucket_limit;
+    if (bucket_limit) __atomic_store_n(&g_bucket_limit, bucket_limit, __ATOMIC_RELAXED); /* the callback reads it unlocked */
     pthread_mutex_unlock(&g_mu);
 }
 
@@ -574,8 +631,10 @@ PS_EXPORT int ps_stats(uint64_t *out, int n) {
 
 /* Forget configuration, buckets and counters (the string table stays: ids are global). */
 PS_EXPORT void ps_reset(void) {
+    pthread_mutex_lock(&g_merge_mu);
     pthread_mutex_lock(&g_cb_mu);
     g_stage[0].len = g_stage[1].len = 0;
+    g_stage_bytes = 0;
     g_cb_records = g_cb_dropped = 0;
     pthread_mutex_lock(&g_mu);
     for (int k = 0; k < PS_MAX_KIND; k++) {
@@ -590,6 +649,7 @@ PS_EXPORT void ps_reset(void) {
     g_buffers_done = g_buffers_null = g_valid_bytes = g_cb_ns = g_cb_ns_max = 0;
     pthread_mutex_unlock(&g_mu);
     pthread_mutex_unlock(&g_cb_mu);
+    pthread_mutex_unlock(&g_merge_mu);
 }
 
 /* Tests: one buffer_requested() / buffer_completed() round, as CUPTI makes it. */
@@ -613,9 +673,14 @@ PS_EXPORT void ps_feed_plain(uint8_t *buffer, size_t valid) {
  * CUptiResult (39: the slot is taken), or -1 when ps_open() found no callback API. */
 PS_EXPORT int ps_subscribe(void) {
     if (!p_subscribe || !p_enable_callback || !p_unsubscribe) return -1;
-    if (g_subscriber) return 0;
+    if (g_subscriber) return PS_ERROR_MULTIPLE_SUBSCRIBERS; /* one recording at a time */
+    pthread_once(&g_atfork_once, install_atfork);
     g_pid = (uint32_t)getpid();
-    return p_subscribe(&g_subscriber, api_callback, NULL);
+    __atomic_add_fetch(&g_session, 1, __ATOMIC_RELAXED);
+    ps_subscriber_t handle = NULL;
+    int rc = p_subscribe(&handle, api_callback, NULL);
+    if (rc == 0) g_subscriber = handle; /* a failed subscribe leaves no handle of ours */
+    return rc;
 }
 
 /* Enable the callback for each id of `domain` (1 driver, 2 runtime); returns how many
@@ -636,6 +701,21 @@ PS_EXPORT int ps_unsubscribe(void) {
     return rc;
 }
 
+/* Tests: what ps_subscribe() does to per-thread state (a new session). */
+PS_EXPORT void ps_test_new_session(void) { __atomic_add_fetch(&g_session, 1, __ATOMIC_RELAXED); }
+
+/* Tests: only the enter callback (a call still running when the session ends) or only the
+ * exit callback (a call entered before the session began). */
+PS_EXPORT void ps_test_api_half(int domain, uint32_t cbid, uint32_t correlation_id, int site) {
+    static uint64_t slot = 0x7fffffffffffffffull; /* what an unwritten slot may hold */
+    ps_cbdata_t d = {0};
+    d.site = site;
+    d.correlation_data = &slot;
+    d.correlation_id = correlation_id;
+    if (!g_pid) g_pid = (uint32_t)getpid();
+    api_callback(NULL, domain, cbid, &d);
+}
+
 /* Counters of the callback path: records made, records dropped (staging full). */
 PS_EXPORT void ps_api_stats(uint64_t *out) {
     pthread_mutex_lock(&g_cb_mu);
@@ -654,6 +734,7 @@ PS_EXPORT void ps_test_api_call(int domain, uint32_t cbid, uint32_t correlation_
     d.correlation_id = correlation_id;
     d.function_return_value = &ret;
     if (!g_pid) g_pid = (uint32_t)getpid();
+    pthread_once(&g_atfork_once, install_atfork);
     api_callback(NULL, domain, cbid, &d);
     if (nested_cbid) {
         uint64_t inner_slot = 0;

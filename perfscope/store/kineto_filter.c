@@ -109,6 +109,12 @@ static const uint8_t *fail(kf_ctx *c, int err, const uint8_t *at) {
     return NULL;
 }
 
+/* fail() for the functions that return 1 (go on) or 0 (stop): always 0. */
+static int failed(kf_ctx *c, int err, const uint8_t *at) {
+    fail(c, err, at);
+    return 0;
+}
+
 static inline const uint8_t *skip_ws(const uint8_t *p, const uint8_t *end) {
     while (p < end && WS[*p])
         p++;
@@ -544,7 +550,7 @@ static int keep_event(kf_job *j, const uint8_t *start, size_t n, int64_t index, 
             kf_span *grown = cap <= KF_MAX_SPANS ? realloc(j->spans, cap * sizeof *grown) : NULL;
             if (grown == NULL) {
                 j->gave_up = 1;
-                return !fail(&j->c, KF_ERR_OUTPUT, start);
+                return failed(&j->c, KF_ERR_OUTPUT, start);
             }
             j->spans = grown;
             j->spans_cap = cap;
@@ -557,7 +563,7 @@ static int keep_event(kf_job *j, const uint8_t *start, size_t n, int64_t index, 
     } else {
         size_t slot = (size_t)(index / j->chunk_events);
         if (slot >= j->chunk_slots || (j->kept && !put(j, (const uint8_t *)",", 1)) || !put(j, start, n))
-            return !fail(&j->c, KF_ERR_OUTPUT, start);
+            return failed(&j->c, KF_ERR_OUTPUT, start);
         j->chunk_kept[slot * (size_t)(j->c.ncats + 1) + (size_t)kind]++;
     }
     j->kept++;
@@ -573,30 +579,30 @@ static int finish_root(kf_job *j, const uint8_t *p) {
     int escaped;
     for (;;) {
         p = skip_ws(p, end);
-        if (p >= end) return !fail(c, KF_ERR_TRUNCATED, p);
+        if (p >= end) return failed(c, KF_ERR_TRUNCATED, p);
         if (*p == '}') break;
-        if (*p != ',') return !fail(c, KF_ERR_SYNTAX, p);
+        if (*p != ',') return failed(c, KF_ERR_SYNTAX, p);
         p = skip_ws(p + 1, end);
-        if (p >= end) return !fail(c, KF_ERR_TRUNCATED, p);
-        if (*p != '"') return !fail(c, KF_ERR_SYNTAX, p);
+        if (p >= end) return failed(c, KF_ERR_TRUNCATED, p);
+        if (*p != '"') return failed(c, KF_ERR_SYNTAX, p);
         const uint8_t *key = p + 1;
         escaped = 0;
         if (!(p = scan_string(c, key, &escaped))) return 0;
-        if (escaped) return !fail(c, KF_ERR_ROOT, key);  /* it could spell traceEvents */
-        if ((size_t)(p - 1 - key) == 11 && memcmp(key, "traceEvents", 11) == 0) return !fail(c, KF_ERR_EVENTS, key);
+        if (escaped) return failed(c, KF_ERR_ROOT, key);  /* it could spell traceEvents */
+        if ((size_t)(p - 1 - key) == 11 && memcmp(key, "traceEvents", 11) == 0) return failed(c, KF_ERR_EVENTS, key);
         p = skip_ws(p, end);
-        if (p >= end) return !fail(c, KF_ERR_TRUNCATED, p);
-        if (*p != ':') return !fail(c, KF_ERR_SYNTAX, p);
+        if (p >= end) return failed(c, KF_ERR_TRUNCATED, p);
+        if (*p != ':') return failed(c, KF_ERR_SYNTAX, p);
         p = skip_ws(p + 1, end);
         if (!(p = skip_value(c, p, 1))) return 0;
     }
     p = skip_ws(p + 1, end);
-    if (p != end) return !fail(c, KF_ERR_SYNTAX, p);  /* something after the root object */
+    if (p != end) return failed(c, KF_ERR_SYNTAX, p);  /* something after the root object */
     if (j->second) {
         j->tail = tail;
         return 1;
     }
-    if (!put(j, (const uint8_t *)"]", 1) || !put(j, tail, (size_t)(end - tail))) return !fail(c, KF_ERR_OUTPUT, tail);
+    if (!put(j, (const uint8_t *)"]", 1) || !put(j, tail, (size_t)(end - tail))) return failed(c, KF_ERR_OUTPUT, tail);
     return 1;
 }
 
@@ -607,21 +613,21 @@ static int filter_events(kf_job *j, const uint8_t *p, int first) {
     kf_ctx *c = &j->c;
     const uint8_t *end = c->end;
     p = skip_ws(p, end);
-    if (p >= end) return !fail(c, KF_ERR_TRUNCATED, p);
+    if (p >= end) return failed(c, KF_ERR_TRUNCATED, p);
     if (!(first && *p == ']')) {
         for (;;) {
-            if (*p != '{') return !fail(c, *p == ']' ? KF_ERR_SYNTAX : KF_ERR_EVENT, p);
+            if (*p != '{') return failed(c, *p == ']' ? KF_ERR_SYNTAX : KF_ERR_EVENT, p);
             const uint8_t *start = p;
             int kind = KF_DROP;
             if (!(p = scan_event(c, p, &kind))) return 0;
             if (kind != KF_DROP && !keep_event(j, start, (size_t)(p - start), j->events, kind)) return 0;
             j->events++;
             p = skip_ws(p, end);
-            if (p >= end) return !fail(c, KF_ERR_TRUNCATED, p);
+            if (p >= end) return failed(c, KF_ERR_TRUNCATED, p);
             if (*p == ']') break;
-            if (*p != ',') return !fail(c, KF_ERR_SYNTAX, p);
+            if (*p != ',') return failed(c, KF_ERR_SYNTAX, p);
             p = skip_ws(p + 1, end);
-            if (p >= end) return !fail(c, KF_ERR_TRUNCATED, p);
+            if (p >= end) return failed(c, KF_ERR_TRUNCATED, p);
             if (p == j->stop) {
                 join_other(j);
                 if (!j->other->gave_up) {
@@ -775,7 +781,8 @@ KF_API int kf_filter(const uint8_t *in, size_t in_len, uint8_t *out, size_t out_
             b.start = split;
             if (pthread_create(&a.thread, NULL, second_job, &b) == 0) {
                 a.stop = split;
-                a.cap = (size_t)(split - in);  /* see put() */
+                /* see put(); never more than the caller's buffer */
+                a.cap = (size_t)(split - in) < out_cap ? (size_t)(split - in) : out_cap;
                 a.other = &b;
                 a.other_running = 1;
             }

@@ -204,10 +204,18 @@ def _from_codes(codes: np.ndarray, names: np.ndarray) -> Any:
     import pandas as pd
 
     if len(names):
-        dtype = pd.CategoricalDtype(pd.Index(names, dtype=pd.StringDtype(na_value=np.nan)), ordered=False)
+        dtype = pd.CategoricalDtype(pd.Index(names, dtype=_category_values_dtype()), ordered=False)
     else:
         dtype = _no_categories()
     return pd.Categorical.from_codes(codes, dtype=dtype, validate=False)
+
+
+@functools.cache
+def _category_values_dtype() -> Any:
+    """The dtype Arrow's ``to_pandas`` gives the categories of a string dictionary column:
+    ``str`` on pandas 3, ``object`` on pandas 2 (asked of Arrow once, not assumed)."""
+    one = pa.DictionaryArray.from_arrays(pa.array([0], pa.int32()), pa.array(["a"]))
+    return one.to_pandas().cat.categories.dtype
 
 
 @functools.cache

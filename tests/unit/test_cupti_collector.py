@@ -88,3 +88,27 @@ def test_api_source_from_environment_and_bad_value(monkeypatch: pytest.MonkeyPat
     assert CuptiCollector(_Writer()).api_source == "callback"
     with pytest.raises(UsageError, match="API-record source"):
         CuptiCollector(_Writer(), api_source="sometimes")
+
+
+def test_one_collector_records_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The native sink and CUPTI are per process: a second start is refused before it can
+    reset the sink under the first one; a failed start leaves the way free."""
+    from perfscope.collectors.cupti import collector
+    from perfscope.errors import CollectorError
+
+    monkeypatch.setattr(CuptiCollector, "_start_checked", lambda self, t0: None)
+    first = CuptiCollector(_Writer())
+    first.start()
+    try:
+        with pytest.raises(CollectorError, match="another CuptiCollector is recording"):
+            CuptiCollector(_Writer()).start()
+    finally:
+        collector._release(first)
+
+    def refuse(self: CuptiCollector, t0: int) -> None:
+        raise CuptiUnavailableError("no GPU")
+
+    monkeypatch.setattr(CuptiCollector, "_start_checked", refuse)
+    with pytest.raises(CuptiUnavailableError):
+        CuptiCollector(_Writer()).start()
+    assert collector._ACTIVE == []

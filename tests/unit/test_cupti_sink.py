@@ -213,6 +213,7 @@ def test_driver_calls_inside_a_runtime_call_are_not_recorded_twice(sink) -> None
 
 
 def test_api_callback_records_need_a_configured_kind_and_respect_the_limit(sink) -> None:
+    rec = layouts.API.itemsize
     sink.reset()
     sink.configure([layouts.KIND_CONCURRENT_KERNEL])  # runtime not configured: records go nowhere
     sink.test_api_call(2, 211, 1)
@@ -220,17 +221,43 @@ def test_api_callback_records_need_a_configured_kind_and_respect_the_limit(sink)
     assert sink.stats()["dropped_sink"] == 1
     sink.reset()
     sink.configure([layouts.KIND_RUNTIME])
-    sink.set_limits(0, 0, 3 * layouts.API.itemsize)
+    sink.set_limits(0, 0, 16 * rec)  # the buckets: 16 records; the staging area: a quarter
+    merge = lambda: sink.lib.ps_pending(layouts.KIND_RUNTIME)  # noqa: E731 - a drain moves staged records
     try:
-        for corr in range(5):
+        for corr in range(6):
             sink.test_api_call(2, 211, corr)
-        assert sink.api_stats() == {"api_records": 3, "api_dropped": 2}
-        got = decode.records(sink.take(layouts.KIND_RUNTIME), layouts.API)
-        assert got["correlation_id"].tolist() == [0, 1, 2]
+        assert sink.api_stats() == {"api_records": 4, "api_dropped": 2}  # staging full at 4
+        merge()
+        for batch in range(3):  # 4 + 4 + 2 more: 14 of 16 in the bucket
+            for corr in range(4 if batch < 2 else 2):
+                sink.test_api_call(2, 211, 100 * (batch + 1) + corr)
+            merge()
+        assert merge() == 14 * rec and sink.stats()["dropped_sink"] == 0
+        for corr in range(4):  # 2 fit, 2 do not: the ones that fit are kept, not the batch dropped
+            sink.test_api_call(2, 211, 900 + corr)
+        assert merge() == 16 * rec and sink.stats()["dropped_sink"] == 2
+        got = decode.records(sink.take(layouts.KIND_RUNTIME), layouts.API)["correlation_id"].tolist()
+        assert got == [0, 1, 2, 3, 100, 101, 102, 103, 200, 201, 202, 203, 300, 301, 900, 901]
     finally:
         sink.set_limits(0, 0, 1 << 30)
         sink.reset()
 
+
+def test_api_calls_cut_by_a_session_boundary_are_not_recorded(sink) -> None:
+    """A runtime call still running when recording stops never exits in that session: the
+    next session must still record its thread's direct driver calls, and an exit whose enter
+    came before the session (an unwritten start time) is no record."""
+    sink.reset()
+    sink.configure([layouts.KIND_RUNTIME, layouts.KIND_DRIVER])
+    sync = next(k for k, v in cbids.RUNTIME.items() if v == "cudaStreamSynchronize")
+    cu_launch = next(k for k, v in cbids.DRIVER.items() if v == "cuLaunchKernel")
+    sink.test_new_session()
+    sink.test_api_half(2, sync, 1, exit=False)  # enters, then the session ends
+    sink.test_new_session()
+    sink.test_api_half(2, sync, 1, exit=True)  # its exit, in the new session: no record
+    sink.test_api_call(1, cu_launch, 2)  # a library's driver launch on the same thread: recorded
+    assert decode.records(sink.take(layouts.KIND_RUNTIME), layouts.API).size == 0
+    assert decode.records(sink.take(layouts.KIND_DRIVER), layouts.API)["correlation_id"].tolist() == [2]
 
 
 def test_subscribe_needs_cuptis_callback_api(sink) -> None:
