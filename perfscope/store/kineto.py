@@ -67,6 +67,7 @@ import mmap
 import os
 import re
 import shutil
+import stat
 import zlib
 from bisect import bisect_right
 from operator import attrgetter
@@ -331,6 +332,45 @@ class _FastFloatTrace(_Trace, gc=False):
 
 _FAST_WHOLE_RAW = msgspec.json.Decoder(_FastRawTrace, float_hook=str)
 _FAST_WHOLE_FLOAT = msgspec.json.Decoder(_FastFloatTrace, float_hook=str)
+
+
+# -- Filtered texts: args decoded with their event -----------------------------------------
+# In a text the native pre-filter wrote, every event is one some table keeps, so every
+# event's args are needed: decoding them in the same pass (as :class:`_Args`) costs less
+# than keeping them as raw spans and decoding those again in a second pass.  An absent or
+# null ``args`` is None here; :func:`_decode_args_batch` gives those events the shared
+# empty ``_Args``, as it does to raw spans that are absent or null.  Args that are not an
+# object fail validation, and the raw-span decoders take the text.
+class _XRA(_XR, tag="X", gc=False):
+    """:class:`_XR` (timestamps as raw spans) with its args decoded."""
+
+    args: _Args | None = None  # type: ignore[assignment]
+
+
+class _CRA(_XRA, tag="C", gc=False):
+    ph: ClassVar[str] = "C"
+
+
+class _XRFA(_XRF, tag="X", gc=False):
+    """:class:`_XRF` (timestamps as exact floats) with its args decoded."""
+
+    args: _Args | None = None  # type: ignore[assignment]
+
+
+class _CRFA(_XRFA, tag="C", gc=False):
+    ph: ClassVar[str] = "C"
+
+
+class _FastRawArgsTrace(_Trace, gc=False):
+    traceEvents: list[Union[(_XRA, _CRA, *_SKIPPED)]] | None = None  # type: ignore[assignment,valid-type]  # noqa: N815, UP007
+
+
+class _FastFloatArgsTrace(_Trace, gc=False):
+    traceEvents: list[Union[(_XRFA, _CRFA, *_SKIPPED)]] | None = None  # type: ignore[assignment,valid-type]  # noqa: N815, UP007
+
+
+_FAST_WHOLE_RAW_ARGS = msgspec.json.Decoder(_FastRawArgsTrace, float_hook=str)
+_FAST_WHOLE_FLOAT_ARGS = msgspec.json.Decoder(_FastFloatArgsTrace, float_hook=str)
 _FAST_RAW_EVENTS = msgspec.json.Decoder(list[_FastRaw], float_hook=str)  # type: ignore[valid-type]
 _FAST_FLOAT_EVENTS = msgspec.json.Decoder(list[_FastFloat], float_hook=str)  # type: ignore[valid-type]
 
@@ -469,8 +509,9 @@ def _read_trace(path: Path) -> tuple[_Trace, bool, list[int] | None]:
     if kineto_filter.available():
         # In place when big: the text is a fresh object of ours alone (tiny ones may be
         # shared), so the filtered text can be written over it, without a second buffer's
-        # memory and page faults.  The original is then read again if it is needed.
-        in_place = len(data) >= _IN_PLACE_BYTES
+        # memory and page faults.  The original is then read again if it is needed, so
+        # only from a regular file: a pipe (`<(zcat ...)`) cannot be read twice.
+        in_place = len(data) >= _IN_PLACE_BYTES and _is_regular_file(path)
         kept = kineto_filter.run(data, _FILTER_RULES, chunk_events=CHUNK_EVENTS, in_place=in_place)
         if in_place:
             del data  # overwritten: only kept.text may be read now
@@ -484,6 +525,13 @@ def _read_trace(path: Path) -> tuple[_Trace, bool, list[int] | None]:
             data = read_trace_bytes(path)
     # Unfiltered: its decode gives the errors their usual words and offsets.
     return decode_trace(data, path, text_times=text_times), text_times, None
+
+
+def _is_regular_file(path: Path) -> bool:
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except OSError:
+        return False
 
 
 # Events are classified a chunk at a time, and a few lists are joined per chunk from two
@@ -534,7 +582,7 @@ def _decode_kept(kept: kineto_filter.Filtered, path: Path, text_times: bool) -> 
     if kept.text is None:
         return None
     try:
-        trace = _decode_text(kept.text, path, None, text_times)
+        trace = _decode_text(kept.text, path, None, text_times, with_args=True)
     except (InputError, RecursionError):
         return None  # the original's decode raises the error, with its own offsets
     # Without Kineto's header keys decode_trace looks at the first 1000 events' categories,
@@ -544,9 +592,10 @@ def _decode_kept(kept: kineto_filter.Filtered, path: Path, text_times: bool) -> 
     return trace
 
 
-def _decode_text(data: bytes | memoryview, path: Path, whole: bool | None, text_times: bool) -> _Trace:
+def _decode_text(data: bytes | memoryview, path: Path, whole: bool | None, text_times: bool,
+                 *, with_args: bool = False) -> _Trace:
     """Decode ``data`` (see :func:`decode_trace`) and return the trace, which has a
-    ``traceEvents`` list.
+    ``traceEvents`` list (``with_args``: see :func:`_decode_whole`).
 
     Raises:
         InputError: malformed JSON, not a JSON object, or no ``traceEvents`` list.
@@ -554,7 +603,7 @@ def _decode_text(data: bytes | memoryview, path: Path, whole: bool | None, text_
     if whole is None:
         whole = len(data) <= WHOLE_DECODE_BYTES
     try:
-        trace = _decode_whole(data, text_times) if whole else _DECODER.decode(data)
+        trace = _decode_whole(data, text_times, with_args=with_args) if whole else _DECODER.decode(data)
     except msgspec.ValidationError as e:
         raise InputError(f"{path} is not a Kineto trace ({e}); expected a JSON object with a traceEvents list") from None
     except msgspec.DecodeError as e:
@@ -573,11 +622,23 @@ def _looks_kineto(trace: _Trace) -> bool:
     )
 
 
-def _decode_whole(data: bytes | memoryview, text_times: bool | None = None) -> _Trace:
+def _decode_whole(data: bytes | memoryview, text_times: bool | None = None, *, with_args: bool = False) -> _Trace:
     """Header and events in one pass: float timestamps when exact, else their text
-    (``text_times``: :func:`_needs_text_times` of the original text, computed if None)."""
+    (``text_times``: :func:`_needs_text_times` of the original text, computed if None).
+
+    ``with_args`` (for filtered texts, whose events all have their args read) first tries
+    the decoders that decode each event's args with it; a text they refuse takes the
+    others, which give the same trace with the args as raw spans."""
     if text_times is None:
         text_times = _needs_text_times(data)
+    if with_args:
+        # Same order as below: a trace the float one refuses for its timestamps is one the
+        # raw one takes; one refused for its args (not an object) is refused by both.
+        for decoder in (_FAST_WHOLE_RAW_ARGS,) if text_times else (_FAST_WHOLE_FLOAT_ARGS, _FAST_WHOLE_RAW_ARGS):
+            try:
+                return decoder.decode(data)  # type: ignore[no-any-return]
+            except msgspec.ValidationError:
+                pass
     if not text_times:
         try:
             return _FAST_WHOLE_FLOAT.decode(data)  # type: ignore[no-any-return]
@@ -1012,6 +1073,7 @@ _API_ARGS_LIST_DECODER = msgspec.json.Decoder(list[_ApiArgs | None], float_hook=
 
 
 _ONLY_RAW = frozenset({msgspec.Raw})
+_DECODED_ARGS = frozenset({_Args, _ApiArgs})
 _NONE_TYPE = type(None)
 
 
@@ -1021,8 +1083,19 @@ def _decode_args_batch(events: list[_Event], *, store: bool = True,
     :class:`_Args` (an empty one where an event has none).  Decoded args are stored back on
     the events, so that none keeps pointing into the JSON text (``store`` is accepted for
     compatibility and ignored); events already decoded are left as they are."""
-    raws = [e.args for e in events]
-    if set(map(type, raws)) <= _ONLY_RAW:  # a chunk's events, none decoded yet
+    raws = [e.args for e in events]  # (a comprehension reads struct fields faster than attrgetter)
+    kinds = set(map(type, raws))
+    if kinds <= _DECODED_ARGS:  # decoded with the events (filtered texts: _XRFA, _XRA) or before
+        return raws
+    if _NONE_TYPE in kinds:  # decoded with the events, some without args or with "args": null
+        for e in events:
+            if e.args is None:
+                e.args = _EMPTY_ARGS
+        if msgspec.Raw not in kinds:
+            return [a if a is not None else _EMPTY_ARGS for a in raws]
+        raws = [e.args for e in events]
+        kinds = set(map(type, raws))
+    if kinds <= _ONLY_RAW:  # a chunk's events, none decoded yet
         pending = events
     else:
         pending = [e for e in events if e.args.__class__ is msgspec.Raw]
@@ -1089,10 +1162,14 @@ def _with_extra(values: list[Any], extras: list[dict[str, Any]] | None, key: str
 
 
 def _pids(events: list[_Event], pid_map: dict[Any, Any] | None) -> list[Any]:
-    pids = [e.pid for e in events]
-    if pid_map:
-        pids = [pid_map.get(p, p) for p in pids]
-    return pids
+    """The events' pids, through ``pid_map`` (see :func:`_mapped`)."""
+    return _mapped([e.pid for e in events], pid_map)
+
+
+def _mapped(pids: list[Any], pid_map: dict[Any, Any] | None) -> list[Any]:
+    """``pids`` with those ``pid_map`` has replaced (a new list then; ``pids`` itself
+    when there is no map)."""
+    return [pid_map.get(p, p) for p in pids] if pid_map else pids
 
 
 @dataclass
@@ -1176,7 +1253,7 @@ class _Classified:
 _CPU_OP_PREFIXES = ("record_param_comms", "ProfilerStep#")
 _NAME = attrgetter("name")
 #: phase -> the set of classes of a bucket whose events all have that phase by their class.
-_PHASE_TYPES = {"X": frozenset({_XR, _XRF, _XF, _X}), "C": frozenset({_CR, _CRF, _CF})}
+_PHASE_TYPES = {"X": frozenset({_XR, _XRF, _XF, _X, _XRA, _XRFA}), "C": frozenset({_CR, _CRF, _CF, _CRA, _CRFA})}
 _CAT_KIND = {
     "cpu_op": "cpu_op", "cuda_runtime": "api", "cuda_driver": "api", "kernel": "kernels",
     "user_annotation": "annotations", "gpu_memcpy": "memcpy", "gpu_memset": "memset", "cuda_sync": "sync",
@@ -1210,26 +1287,45 @@ class _Launch(NamedTuple):
 
 
 class _LaunchIndex:
-    """``get(correlation)`` -> :class:`_Launch` or None, over the builder's plain tuples."""
+    """``get(correlation)`` -> :class:`_Launch` or None, over the API calls' columns.
 
-    def __init__(self, table: dict[Any, tuple[Any, Any, Any, Any]]) -> None:
-        self.table = table
+    Built from the builder's per-chunk (args, pids, tids, starts) of the API calls: a dict
+    from correlation id to row (later chunks, and later rows, win on a repeated one) and
+    the columns themselves, so that a :class:`_Launch` is made only for the rows looked up
+    (a few NCCL kernels and syncs), not for every call.
+    """
+
+    def __init__(self, parts: Sequence[tuple[list[Any], list[Any], list[Any], np.ndarray]] = (), base_ns: int = 0) -> None:
+        self.rows: dict[Any, int] = {}
+        self.args: list[Any] = []
+        self.pids: list[Any] = []
+        self.tids: list[Any] = []
+        starts: list[np.ndarray] = []
+        for args, pids, tids, start_ns in parts:
+            first = len(self.args)
+            self.rows.update(zip([a.correlation for a in args], range(first, first + len(args))))
+            self.args += args
+            self.pids += pids
+            self.tids += tids
+            starts.append(start_ns)
+        # Starts without the trace's base, as the launch's ts_ns.
+        self.starts = np.concatenate(starts) - base_ns if starts else np.zeros(0, np.int64)
 
     def get(self, correlation: Any) -> _Launch | None:
-        t = self.table.get(correlation) if isinstance(correlation, int) else None
-        return _Launch(*t) if t is not None else None
+        i = self.rows.get(correlation) if isinstance(correlation, int) else None
+        if i is None:
+            return None
+        return _Launch(self.pids[i], self.tids[i], int(self.starts[i]), self.args[i].ps)
 
 
 def _detach(*groups: list[Any]) -> None:
     """Give the raw timestamps of these (few) events their own copy of the bytes."""
     for events in groups:
         for e in events:
-            if e.__class__ in (_XR, _CR):
+            if e.__class__ in (_XR, _CR, _XRA, _CRA):
                 e.ts_raw, e.dur_raw = e.ts_raw.copy(), e.dur_raw.copy()
 
 
-_CORRELATION, _PS, _PID, _TID = attrgetter("correlation"), attrgetter("ps"), attrgetter("pid"), attrgetter("tid")
-_ARGS = attrgetter("args")
 
 
 class _RankBuilder:
@@ -1266,22 +1362,20 @@ class _RankBuilder:
         self.sync.extend(c.sync)
         self.rpc.extend(c.rpc)
         self.colls.extend(c.colls)
-        names = [e.name for e in c.kernels]
         try:  # most traces have no NCCL kernel: one search of all the names says so
-            maybe_nccl = "nccl" in "\n".join(names).lower()
+            joined = "\n".join([e.name for e in c.kernels])
+            maybe_nccl = "nccl" in joined or "nccl" in joined.lower()  # (NCCL's own names need no lower())
         except TypeError:
             maybe_nccl = True
         if maybe_nccl:
-            self.nccl.extend(e for e in c.kernels if isinstance(e.name, str) and is_nccl_kernel(e.name))
+            # is_nccl_kernel, inline: a call per kernel costs more than the test.
+            self.nccl += [e for e in c.kernels if isinstance(e.name, str) and e.name and "nccl" in e.name.lower()]
         # Events kept past this chunk must not pin its text through their raw timestamps.
         _detach(c.sync, c.rpc, c.colls, self.nccl[n_nccl:])
-        tables = _basic_tables(c, self.base_ns, self.pid_map, self.device_map)
-        if c.api:
-            # Launch start in ns (no base) from the api column: nothing here points into the
-            # chunk's text (decoded args, pids and tids are objects of their own).
-            api = c.api
-            self.api_parts.append((list(map(_ARGS, api)), list(map(_PID, api)), list(map(_TID, api)),
-                                   tables["api"]["start_ns"]))
+        # The api calls' args, pids, tids and starts (ns) come back in api_parts; nothing
+        # there points into the chunk's text (decoded args, pids and tids are objects of
+        # their own).
+        tables = _basic_tables(c, self.base_ns, self.pid_map, self.device_map, api_parts=self.api_parts)
         for name, cols in tables.items():
             self.parts.setdefault(name, []).append(cols)
 
@@ -1290,7 +1384,7 @@ class _RankBuilder:
         out = {name: _concat_columns(pieces) for name, pieces in self.parts.items()}
         self.parts.clear()
         warnings: list[str] = []
-        launches = _LaunchIndex(self._launch_table() if self.sync or (self.nccl and not self.colls) else {})
+        launches = _LaunchIndex(self.api_parts if self.sync or (self.nccl and not self.colls) else (), self.base_ns)
         if self.sync:
             out["sync"] = _sync_table(self.sync, launches, self.base_ns)
         if self.colls:
@@ -1299,17 +1393,6 @@ class _RankBuilder:
         elif self.nccl:
             out["collectives"] = _collectives_from_kernels(self.nccl, self.rpc, launches, self.base_ns, warnings)
         return _rank_tables(out, warnings)
-
-
-    def _launch_table(self) -> dict[Any, tuple[Any, Any, Any, Any]]:
-        """correlation -> (pid, tid, ts_ns without base, ps) of every API call (later
-        chunks win on a repeated correlation).  map/zip build the tuples without a
-        Python-level loop."""
-        table: dict[Any, tuple[Any, Any, Any, Any]] = {}
-        for args, pids, tids, start_ns in self.api_parts:
-            starts = (start_ns - self.base_ns).tolist()
-            table.update(zip(map(_CORRELATION, args), zip(pids, tids, starts, map(_PS, args))))
-        return table
 
 
 def _concat_columns(pieces: list[dict[str, Any]]) -> dict[str, Any]:
@@ -1346,9 +1429,14 @@ def build_rank_tables(events: Iterable[_Event] | _Classified, base_ns: int, *, p
 
 
 def _basic_tables(c: _Classified, base_ns: int, pid_map: dict[Any, Any] | None,
-                  device_map: dict[Any, Any] | None = None) -> dict[str, dict[str, Any]]:
+                  device_map: dict[Any, Any] | None = None, *,
+                  api_parts: list[tuple[list[Any], list[Any], list[Any], np.ndarray]] | None = None,
+                  ) -> dict[str, dict[str, Any]]:
     """The tables whose rows need nothing from other chunks: api, kernels, memcpy, memset,
-    markers, steps, host and metrics (each {column: values})."""
+    markers, steps, host and metrics (each {column: values}).
+
+    ``api_parts``, when given, gets the API calls' (args, pids, tids, start_ns) appended
+    (pids and tids as in the events, start with the base), for the launch index."""
     kernels, memcpy, memset, api = c.kernels, c.memcpy, c.memset, c.api
     markers, gpu_markers, steps, host, metrics = c.markers, c.gpu_markers, c.steps, c.host, c.metrics
     out: dict[str, dict[str, Any]] = {}
@@ -1358,16 +1446,19 @@ def _basic_tables(c: _Classified, base_ns: int, pid_map: dict[Any, Any] | None,
         api_args = _decode_args_batch(api)
         x = _extras(api_args)
         start, dur = _times(api, base_ns)
-        cats = [e.cat for e in api]
+        pids = [e.pid for e in api]
+        tids = [e.tid for e in api]
         out["api"] = {
             "start_ns": start, "dur_ns": dur,
-            "pid": _int_col(_with_extra(_pids(api, pid_map), x, "pid")),
-            "tid": _int_col(_with_extra([e.tid for e in api], x, "tid")),
+            "pid": _int_col(_with_extra(_mapped(pids, pid_map), x, "pid")),
+            "tid": _int_col(_with_extra(tids, x, "tid")),
             "correlation": _int_col([a.correlation for a in api_args]),
             "name": _strs([e.name for e in api]),
-            "kind": _with_extra(["driver" if c == "cuda_driver" else "runtime" for c in cats], x, "kind"),
+            "kind": _with_extra(["driver" if e.cat == "cuda_driver" else "runtime" for e in api], x, "kind"),
             "cbid": _int_col([a.cbid for a in api_args], pa.int32()),
         }
+        if api_parts is not None:
+            api_parts.append((api_args, pids, tids, start))
 
     # -- kernels -------------------------------------------------------------------------
     if kernels:

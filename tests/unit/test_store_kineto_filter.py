@@ -521,6 +521,40 @@ def test_big_files_are_filtered_in_place_and_read_again_on_refusal(tmp_path: Pat
     assert str(filtered.value) == str(whole.value) and "not valid JSON" in str(whole.value)
 
 
+def test_a_pipe_is_never_filtered_in_place(tmp_path: Path) -> None:
+    """A trace read from a pipe (`<(zcat trace.json.gz)`) cannot be read a second time, so
+    a big one is filtered into a buffer of its own: here the filtered text cannot be used
+    (no Kineto header key: the original's first events decide) and the original decodes."""
+    import os
+    import threading
+
+    data = big_trace(2000).replace(b'"schemaVersion": 1, ', b"")
+    assert len(data) >= kineto._IN_PLACE_BYTES
+    fifo = tmp_path / "trace.fifo"
+    os.mkfifo(fifo)
+
+    done = threading.Event()
+
+    def feed() -> None:
+        with open(fifo, "wb") as f:
+            f.write(data)
+        # A second read of the pipe gets end-of-file (an empty trace) instead of hanging.
+        while not done.wait(0.01):
+            try:
+                os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+            except OSError:  # no reader yet
+                pass
+
+    writer = threading.Thread(target=feed)
+    writer.start()
+    try:
+        result = import_kineto(fifo, tmp_path / "run")
+    finally:
+        done.set()
+        writer.join()
+    assert result.rows[0]["kernels"] == 500 and result.rows[0]["api"] == 500
+
+
 @pytest.mark.parametrize(
     "text",
     [
