@@ -10,14 +10,10 @@ Two spans of kind ``dataloader_wait`` land in the ``host`` table:
 """
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
-from typing import Any
 
 from perfscope.collectors.host.patching import Patches
-from perfscope.collectors.host.spans import DATALOADER_WAIT, HostSpans
-
-_time_ns = time.time_ns
+from perfscope.collectors.host.spans import DATALOADER_WAIT, HostSpans, timed
 
 
 def install(spans: HostSpans) -> Callable[[], None]:
@@ -33,31 +29,8 @@ def install(spans: HostSpans) -> Callable[[], None]:
 
     patches = Patches()
     base_iter = dl._BaseDataLoaderIter
-    orig_next = base_iter.__next__
-    orig_iter = dl.DataLoader.__iter__
-
-    def __next__(self: Any) -> Any:
-        if not spans.on:
-            return orig_next(self)
-        t0 = _time_ns()
-        try:
-            return orig_next(self)
-        finally:
-            spans.add(t0, DATALOADER_WAIT, "DataLoader.__next__")
-
-    def __iter__(self: Any) -> Any:
-        if not spans.on:
-            return orig_iter(self)
-        t0 = _time_ns()
-        try:
-            return orig_iter(self)
-        finally:
-            spans.add(t0, DATALOADER_WAIT, "DataLoader.__iter__")
-
-    __next__.__wrapped__ = orig_next  # type: ignore[attr-defined]
-    __iter__.__wrapped__ = orig_iter  # type: ignore[attr-defined]
-    patches.replace(base_iter, "__next__", __next__)
-    patches.replace(dl.DataLoader, "__iter__", __iter__)
+    patches.replace(base_iter, "__next__", timed(base_iter.__next__, spans, DATALOADER_WAIT, "DataLoader.__next__"))
+    patches.replace(dl.DataLoader, "__iter__", timed(dl.DataLoader.__iter__, spans, DATALOADER_WAIT, "DataLoader.__iter__"))
     return patches.restore
 
 

@@ -14,14 +14,10 @@ wrapper; with ``perfscope.profile()`` a name bound before ``start()`` keeps the 
 """
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
-from typing import Any
 
 from perfscope.collectors.host.patching import Patches, is_compiling
-from perfscope.collectors.host.spans import BARRIER, COLLECTIVE_WAIT, HostSpans
-
-_time_ns = time.time_ns
+from perfscope.collectors.host.spans import BARRIER, COLLECTIVE_WAIT, HostSpans, timed
 
 BARRIERS = ("barrier", "monitored_barrier")
 COLLECTIVES = (
@@ -30,27 +26,6 @@ COLLECTIVES = (
     "reduce", "all_to_all", "all_to_all_single", "gather", "gather_object",
     "scatter", "scatter_object_list", "send", "recv", "batch_isend_irecv",
 )
-
-
-def _wrap(fn: Callable[..., Any], spans: HostSpans, kind: str, name: str, compiling: Callable[[], bool]) -> Callable[..., Any]:
-    async_name = f"{name}(async)"
-
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        if not spans.on or compiling():
-            return fn(*args, **kwargs)
-        t0 = _time_ns()
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            spans.add(t0, kind, async_name if kwargs.get("async_op") else name)
-
-    for attr in ("__name__", "__qualname__", "__doc__", "__module__"):
-        try:
-            setattr(wrapper, attr, getattr(fn, attr))
-        except (AttributeError, TypeError):
-            pass
-    wrapper.__wrapped__ = fn  # type: ignore[attr-defined]
-    return wrapper
 
 
 def install(spans: HostSpans) -> Callable[[], None]:
@@ -73,7 +48,7 @@ def install(spans: HostSpans) -> Callable[[], None]:
         for name in names:
             fn = getattr(dist, name, None)
             if callable(fn):
-                patches.replace(dist, name, _wrap(fn, spans, kind, name, compiling))
+                patches.replace(dist, name, timed(fn, spans, kind, name, compiling=compiling, async_name=f"{name}(async)"))
     return patches.restore
 
 

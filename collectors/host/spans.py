@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 _time_ns = time.time_ns
@@ -59,6 +60,37 @@ class HostSpans:
     def clear(self) -> None:
         """Drop everything buffered (a forked child must not write its parent's rows)."""
         _take(self._rows)
+
+
+def timed(fn: Callable[..., Any], spans: HostSpans, kind: str, name: str, *,
+          compiling: Callable[[], bool] | None = None, async_name: str | None = None) -> Callable[..., Any]:
+    """Wrap ``fn`` so that each call is recorded into ``spans`` as a span of ``kind``.
+
+    The span is named ``name``, or ``async_name`` when the call passes ``async_op=True``.
+    While ``spans`` is off, or ``compiling()`` says torch.compile is tracing (dynamo must see
+    the real function), ``fn`` is called directly.
+
+    Returns:
+        the wrapper, carrying ``fn``'s name, qualified name, docstring and module, and
+        ``__wrapped__``.
+    """
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if not spans.on or (compiling is not None and compiling()):
+            return fn(*args, **kwargs)
+        t0 = _time_ns()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            spans.add(t0, kind, async_name if async_name is not None and kwargs.get("async_op") else name)
+
+    for attr in ("__name__", "__qualname__", "__doc__", "__module__"):
+        try:
+            setattr(wrapper, attr, getattr(fn, attr))
+        except (AttributeError, TypeError):
+            pass
+    wrapper.__wrapped__ = fn  # type: ignore[attr-defined]
+    return wrapper
 
 
 class Markers:
