@@ -125,7 +125,7 @@ class _GlobalCodes:
     def recode(self, col: pd.Series) -> pd.Series:
         """Return ``col`` as a categorical over every name seen so far (same index)."""
         if isinstance(col.dtype, pd.CategoricalDtype):
-            codes, cats = col.cat.codes.to_numpy(), col.cat.categories
+            codes, cats = col.array.codes, col.array.categories  # the Categorical: no accessor per call
         else:
             codes, cats = pd.factorize(col)
         codes = np.asarray(codes, dtype=np.int64)

@@ -53,8 +53,9 @@ def codes_and_names(names: pd.Series | list[str] | np.ndarray) -> tuple[np.ndarr
     """
     s = names if isinstance(names, pd.Series) else pd.Series(names, dtype=object)
     if isinstance(s.dtype, pd.CategoricalDtype):
-        codes = s.cat.codes.to_numpy()
-        cats = np.asarray(s.cat.categories, dtype=object)
+        cat = s.array  # the Categorical itself: no accessor and no codes Series built per call
+        codes = cat.codes
+        cats = np.asarray(cat.categories, dtype=object)
         if not all(c.__class__ is str for c in cats):
             cats = np.array([str(c) for c in cats], dtype=object)
         if codes.size and codes.min() < 0:

@@ -6,11 +6,19 @@ times; the median wall time, CPU time (process plus children, which is steadier 
 machine) and the peak RSS (the process and its children, e.g. HTA's parser pool) are
 reported, with the ratios.
 
-* perfscope: ``import_kineto(trace, run)`` then ``analyze_run(open_run(run))`` (the full
-  analysis: steps, breakdown, GPU summary, kernels, collectives, rules), timed inside the
-  child after ``import perfscope`` (interpreter start-up and module imports are reported
-  separately as ``startup``); and, in a third child, ``analyze_run`` alone on the run
-  imported before (the store is written once and analysed many times).
+* perfscope, two ways (``--perfscope-path``, both by default), each timed inside the child
+  after ``import perfscope`` (interpreter start-up and module imports are reported
+  separately as ``startup``):
+
+  - two calls: ``import_kineto(trace, run)`` then ``analyze_run(open_run(run))`` (the full
+    analysis: steps, breakdown, GPU summary, kernels, collectives, rules); and, in another
+    child, ``analyze_run`` alone on the run imported before (the store is written once and
+    analysed many times);
+  - one call: ``import_and_analyze(trace, run)`` (what ``perfscope analyze TRACE`` runs):
+    the same analysis, of the tables in memory while the run is written on a background
+    thread; it returns once the run is on disk.  Its ``load`` is the time until the
+    analysis starts, its ``analyze`` the rest (the analysis, then waiting for the write,
+    reported alone as ``write_wait``).
 * HTA: ``TraceAnalysis(trace_dir=...)`` then ``get_temporal_breakdown(visualize=False)``,
   timed inside the child after ``import hta``; HTA runs from its own virtual environment
   (default ``/tmp/hta-venv``, created with ``pip install HolisticTraceAnalysis==0.5.0``).
@@ -24,6 +32,7 @@ process holds about 110 MiB of interpreter and libraries before it reads anythin
 Usage::
 
     python benchmarks/analyze_speed.py [--trace FILE] [--repeat 5] [--hta-python /tmp/hta-venv/bin/python] [--json]
+                                       [--perfscope-path both|one-call|two-calls]
     python benchmarks/analyze_speed.py --scale [--repeat 5] [--run DIR]
 """
 from __future__ import annotations
@@ -35,6 +44,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -49,16 +59,32 @@ t0 = time.perf_counter()
 from perfscope.store.kineto import import_kineto
 from perfscope.store import open_run
 from perfscope.analyzers import analyze_run
+from perfscope.pipeline import import_and_analyze
 t1 = time.perf_counter(); c1 = cpu()
-if sys.argv[3] == "import":
-    import_kineto(sys.argv[1], sys.argv[2])
-t2 = time.perf_counter()
-a = analyze_run(open_run(sys.argv[2]))
-t3 = time.perf_counter(); c3 = cpu()
+extra = {}
+if sys.argv[3] == "one-call":
+    marks = {}
+    def progress(message):
+        # The analysis says "reading collectives" first, and "writing the run" once done.
+        if not message.startswith("importing"):
+            marks.setdefault("analysis", time.perf_counter())
+        if message == "writing the run":
+            marks["write"] = time.perf_counter()
+    a = import_and_analyze(sys.argv[1], sys.argv[2], progress=progress)[1]
+    t3 = time.perf_counter(); c3 = cpu()
+    t2 = marks["analysis"]
+    extra["write_wait_s"] = t3 - marks["write"]
+else:
+    if sys.argv[3] == "import":
+        import_kineto(sys.argv[1], sys.argv[2])
+    t2 = time.perf_counter()
+    a = analyze_run(open_run(sys.argv[2]))
+    t3 = time.perf_counter(); c3 = cpu()
 g = a.gpu_summary.iloc[0]
 rss = max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
 print(json.dumps({"startup_s": t1 - t0, "load_s": t2 - t1, "analyze_s": t3 - t2, "total_s": t3 - t1, "cpu_s": c3 - c1, "peak_rss_kb": rss,
-                  "idle_us": float(g.idle_ns) / 1e3, "compute_us": float(g.compute_ns) / 1e3, "non_compute_us": float(g.non_compute_ns) / 1e3}))
+                  "idle_us": float(g.idle_ns) / 1e3, "compute_us": float(g.compute_ns) / 1e3, "non_compute_us": float(g.non_compute_ns) / 1e3,
+                  **extra}))
 """
 
 HTA_CHILD = r"""
@@ -188,6 +214,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--hta-python", default=os.environ.get("HTA_PYTHON", "/tmp/hta-venv/bin/python"))
     ap.add_argument("--json", action="store_true", help="print one JSON document instead of the table")
+    ap.add_argument("--perfscope-path", choices=["both", "one-call", "two-calls"], default="both",
+                    help="perfscope's side: import_and_analyze (one call), import_kineto then analyze_run (two calls), "
+                         "or both (default)")
     ap.add_argument("--scale", action="store_true", help="analyze_run alone on a large synthetic run (no HTA)")
     ap.add_argument("--run", help="--scale: use (or create) this run directory instead of a temporary one")
     ap.add_argument("--make-scale", help=argparse.SUPPRESS)  # internal: write the --scale run there
@@ -202,50 +231,67 @@ def main(argv: list[str] | None = None) -> int:
     if not Path(args.hta_python).exists():
         raise SystemExit(f"HTA's python not found at {args.hta_python}: python -m venv /tmp/hta-venv && "
                          "/tmp/hta-venv/bin/pip install HolisticTraceAnalysis==0.5.0")
-    ps_rows, hta_rows = [], []
+    two, one = args.perfscope_path in ("both", "two-calls"), args.perfscope_path in ("both", "one-call")
+    ps_rows, one_rows, reuse_rows, hta_rows = [], [], [], []
     with tempfile.TemporaryDirectory() as tmp:
         hta_dir = Path(tmp) / "hta"
         hta_dir.mkdir()
         (hta_dir / args.trace.name).symlink_to(args.trace.resolve())
-        reuse_rows = []
         for i in range(args.repeat):
             # Interleave the tools so that machine noise hits them alike.
             run = str(Path(tmp) / f"run{i}")
-            ps_rows.append(_child(sys.executable, PERFSCOPE_CHILD, str(args.trace), run, "import"))
+            if two:
+                ps_rows.append(_child(sys.executable, PERFSCOPE_CHILD, str(args.trace), run, "import"))
+            if one:
+                one_rows.append(_child(sys.executable, PERFSCOPE_CHILD, str(args.trace), run + "-one", "one-call"))
             hta_rows.append(_child(args.hta_python, HTA_CHILD, str(hta_dir)))
-            reuse_rows.append(_child(sys.executable, PERFSCOPE_CHILD, str(args.trace), run, "reuse"))
-    ps_t, hta_t = _median(ps_rows, "total_s"), _median(hta_rows, "total_s")
-    doc = {
-        "trace": str(args.trace), "trace_bytes": args.trace.stat().st_size, "repeat": args.repeat, "cpus": os.cpu_count(),
-        "perfscope": {k: _median(ps_rows, k) for k in ps_rows[0]},
-        "hta": {k: _median(hta_rows, k) for k in hta_rows[0]},
-        "perfscope_analyze_imported": {k: _median(reuse_rows, k) for k in reuse_rows[0]},
-        "speedup": hta_t / ps_t if ps_t > 0 else float("inf"),
-        "speedup_cpu": _median(hta_rows, "cpu_s") / _median(ps_rows, "cpu_s"),
-        "speedup_analyze_imported": hta_t / _median(reuse_rows, "analyze_s"),
-        "rss_ratio": _median(hta_rows, "peak_rss_kb") / _median(ps_rows, "peak_rss_kb"),
-    }
+            if two:
+                reuse_rows.append(_child(sys.executable, PERFSCOPE_CHILD, str(args.trace), run, "reuse"))
+    hta = {k: _median(hta_rows, k) for k in hta_rows[0]}
+    doc: dict = {"trace": str(args.trace), "trace_bytes": args.trace.stat().st_size, "repeat": args.repeat, "cpus": os.cpu_count(),
+                 "hta": hta}
+    # (name in the document, label in the table, rows) of each perfscope path measured.
+    sides = [(key, label, rows) for key, label, rows in (("perfscope", "perfscope", ps_rows),
+                                                        ("perfscope_one_call", "one call", one_rows)) if rows]
+    for key, _, rows in sides:
+        p = doc[key] = {k: _median(rows, k) for k in rows[0]}
+        suffix = "" if key == "perfscope" else "_one_call"
+        doc["speedup" + suffix] = hta["total_s"] / p["total_s"] if p["total_s"] > 0 else float("inf")
+        doc["speedup_cpu" + suffix] = hta["cpu_s"] / p["cpu_s"]
+        doc["rss_ratio" + suffix] = hta["peak_rss_kb"] / p["peak_rss_kb"]
+    if reuse_rows:
+        doc["perfscope_analyze_imported"] = {k: _median(reuse_rows, k) for k in reuse_rows[0]}
+        doc["speedup_analyze_imported"] = hta["total_s"] / doc["perfscope_analyze_imported"]["analyze_s"]
     if args.json:
         print(json.dumps(doc, indent=1))
         return 0
-    p, h = doc["perfscope"], doc["hta"]
+    cols = [(label, doc[key]) for key, label, _ in sides] + [("HTA 0.5.0", hta)]
     print(f"trace: {args.trace.name} ({doc['trace_bytes'] / 1e6:.2f} MB gz), median of {args.repeat} runs, {doc['cpus']} CPUs")
-    print(f"{'':24}{'perfscope':>12}{'HTA 0.5.0':>12}")
-    print(f"{'load / import (s)':24}{p['load_s']:12.3f}{h['load_s']:12.3f}")
-    print(f"{'analyze (s)':24}{p['analyze_s']:12.3f}{h['analyze_s']:12.3f}")
-    print(f"{'total (s)':24}{p['total_s']:12.3f}{h['total_s']:12.3f}")
-    print(f"{'total CPU (s)':24}{p['cpu_s']:12.3f}{h['cpu_s']:12.3f}")
-    print(f"{'module imports (s)':24}{p['startup_s']:12.3f}{h['startup_s']:12.3f}")
-    print(f"{'peak RSS (MiB)':24}{p['peak_rss_kb'] / 1024:12.1f}{h['peak_rss_kb'] / 1024:12.1f}")
-    print(f"{'idle / compute / non (us)':24}  {p['idle_us']:.0f}/{p['compute_us']:.0f}/{p['non_compute_us']:.0f}  vs  "
-          f"{h['idle_us']:.0f}/{h['compute_us']:.0f}/{h['non_compute_us']:.0f}")
-    r = doc["perfscope_analyze_imported"]
-    print(f"speed-up, import + analyze (HTA total / perfscope total): {doc['speedup']:.1f}x wall, "
-          f"{doc['speedup_cpu']:.1f}x CPU   RSS ratio: {doc['rss_ratio']:.1f}x")
-    print(f"speed-up, analyze an imported run ({r['analyze_s']:.3f} s, peak RSS {r['peak_rss_kb'] / 1024:.0f} MiB): "
-          f"{doc['speedup_analyze_imported']:.1f}x")
-    return 0
 
+    def row(title: str, fmt: str, value: Callable[[dict], float]) -> None:
+        print(f"{title:26}" + "".join(f"{format(value(c), fmt):>12}" for _, c in cols))
+
+    print(f"{'':26}" + "".join(f"{label:>12}" for label, _ in cols))
+    row("load / import (s)", ".3f", lambda c: c["load_s"])
+    row("analyze (s)", ".3f", lambda c: c["analyze_s"])
+    row("total (s)", ".3f", lambda c: c["total_s"])
+    row("total CPU (s)", ".3f", lambda c: c["cpu_s"])
+    row("module imports (s)", ".3f", lambda c: c["startup_s"])
+    row("peak RSS (MiB)", ".1f", lambda c: c["peak_rss_kb"] / 1024)
+    for label, c in cols:
+        print(f"{'idle / compute / non (us)':26}{label:>12}  {c['idle_us']:.0f}/{c['compute_us']:.0f}/{c['non_compute_us']:.0f}")
+    if "perfscope_one_call" in doc:
+        print(f"one call: the analysis waited {doc['perfscope_one_call']['write_wait_s']:.3f} s for the background write "
+              "(in its analyze time)")
+    for key, label, _ in sides:
+        suffix = "" if key == "perfscope" else "_one_call"
+        print(f"speed-up, import + analyze, {label} (HTA total / perfscope total): {doc['speedup' + suffix]:.1f}x wall, "
+              f"{doc['speedup_cpu' + suffix]:.1f}x CPU   RSS ratio: {doc['rss_ratio' + suffix]:.1f}x")
+    if reuse_rows:
+        r = doc["perfscope_analyze_imported"]
+        print(f"speed-up, analyze an imported run ({r['analyze_s']:.3f} s, peak RSS {r['peak_rss_kb'] / 1024:.0f} MiB): "
+              f"{doc['speedup_analyze_imported']:.1f}x")
+    return 0
 
 if __name__ == "__main__":
     sys.exit(main())

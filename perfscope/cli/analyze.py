@@ -2,18 +2,23 @@
 
 ``--format text`` (default) prints rich tables; ``--format json`` prints one JSON document
 (:func:`perfscope.analyzers.analysis_to_json`).  Progress goes to stderr, only on a terminal.
+Given a Kineto trace file instead of a run, it imports the trace into a run (``-o``, else
+beside the trace) and analyses it in one go (:func:`perfscope.pipeline.import_and_analyze`).
 """
 from __future__ import annotations
 
 import contextlib
 import json
+import os
+import shlex
 import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import click
 
-from perfscope.errors import UsageError
+from perfscope.errors import InputError, UsageError
 
 
 def parse_ranks(text: str | None) -> tuple[int, ...] | None:
@@ -43,7 +48,7 @@ def parse_ranks(text: str | None) -> tuple[int, ...] | None:
 
 
 @contextlib.contextmanager
-def progress_reporter() -> Iterator[Callable[[str], None] | None]:
+def progress_reporter(label: str = "analysing") -> Iterator[Callable[[str], None] | None]:
     """Yield a progress callback that shows a spinner on stderr when it is a terminal, else None."""
     if not sys.stderr.isatty():
         yield None
@@ -51,8 +56,8 @@ def progress_reporter() -> Iterator[Callable[[str], None] | None]:
     from rich.console import Console
 
     console = Console(stderr=True)
-    with console.status("analysing") as status:
-        yield lambda msg: status.update(f"analysing: {msg}")
+    with console.status(label) as status:
+        yield lambda msg: status.update(f"{label}: {msg}")
 
 
 def run_analysis(path: str, step_pattern: str | None = None, ranks: str | None = None) -> Any:
@@ -64,6 +69,41 @@ def run_analysis(path: str, step_pattern: str | None = None, ranks: str | None =
     run = open_run(path)
     with progress_reporter() as progress:
         return analyze_run(run, cfg, progress=progress)
+
+
+def is_trace_file(path: str) -> bool:
+    """True when ``path`` is a file (a run is a directory): a Kineto trace to import."""
+    return os.path.isfile(path)
+
+
+def default_run_dir(trace: str) -> Path:
+    """The run directory a trace is imported into without ``-o``: beside the trace, named
+    after it (``t.json.gz`` -> ``t.perfscope``)."""
+    p = Path(trace)
+    name = p.name
+    for suffix in (".gz", ".json"):
+        if name.lower().endswith(suffix) and len(name) > len(suffix):
+            name = name[: -len(suffix)]
+    return p.with_name(name + ".perfscope")
+
+
+def run_trace_analysis(trace: str, run_out: str | None, force: bool, step_pattern: str | None = None,
+                        ranks: str | None = None) -> tuple[Any, Any]:
+    """Import Kineto ``trace`` into ``run_out`` (default :func:`default_run_dir`) and analyse
+    it (with progress on a terminal); returns (ImportResult, Analysis).
+
+    Raises:
+        UsageError: no ``run_out`` and the trace's folder is not writable.
+    """
+    from perfscope.analyzers import AnalysisConfig
+    from perfscope.pipeline import import_and_analyze
+
+    cfg = AnalysisConfig(step_pattern=step_pattern, ranks=parse_ranks(ranks))
+    out = Path(run_out) if run_out else default_run_dir(trace)
+    if not run_out and not os.access(out.parent, os.W_OK):
+        raise UsageError(f"cannot write the run beside the trace ({out.parent} is not writable); pass -o/--run-out DIR")
+    with progress_reporter("importing and analysing") as progress:
+        return import_and_analyze(trace, out, cfg, force=force, progress=progress)
 
 
 MAX_STEP_ROWS = 40
@@ -136,9 +176,32 @@ def print_text(a: Any, console: Any = None) -> None:
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True, help="Output format.")
 @click.option("--step-pattern", default=None, metavar="REGEX", help="Regex over NVTX/annotation names that marks steps.")
 @click.option("--ranks", default=None, metavar="LIST", help="Ranks to analyse, e.g. 0,2,4-7 (default: all).")
-def analyze(run: str, fmt: str, step_pattern: str | None, ranks: str | None) -> None:
-    """Break each step of RUN into compute/network/sync/pcie/data_loading/host and recommend changes."""
-    a = run_analysis(run, step_pattern, ranks)
+@click.option("-o", "--run-out", default=None, type=click.Path(file_okay=False), metavar="DIR",
+              help="RUN is a trace: import it into DIR (default: beside the trace, named after it, e.g. "
+                   "t.json.gz -> t.perfscope).")
+@click.option("--force", is_flag=True, help="RUN is a trace: replace the run at the output if there is one.")
+def analyze(run: str, fmt: str, step_pattern: str | None, ranks: str | None, run_out: str | None, force: bool) -> None:
+    """Break each step of RUN into compute/network/sync/pcie/data_loading/host and recommend changes.
+
+    RUN is a run directory, or a PyTorch profiler (Kineto) trace file (.json or .json.gz):
+    the trace is then imported into a run, as `perfscope import kineto` does, and analysed
+    in one go; the run is kept for later commands (where is said on stderr). An existing
+    run is not replaced without --force. Several trace files (one per rank) go through
+    `perfscope import kineto FILES... -o DIR` first.
+    """
+    if not is_trace_file(run):
+        if not os.path.exists(run) and run.lower().endswith((".json", ".json.gz")):
+            raise InputError(f"no such trace file: {run}")
+        if run_out is not None or force:
+            raise UsageError(f"-o/--run-out and --force apply to a trace file, and {run} is not a file; "
+                             "to import traces use `perfscope import kineto`")
+        a = run_analysis(run, step_pattern, ranks)
+    else:
+        result, a = run_trace_analysis(run, run_out, force, step_pattern, ranks)
+        for w in result.warnings:
+            click.echo(f"perfscope: warning: {w}", err=True)
+        click.echo(f"perfscope: imported {run} into {result.path} (next time: perfscope analyze {shlex.quote(str(result.path))})",
+                   err=True)
     if fmt == "json":
         from perfscope.analyzers import analysis_to_json
 

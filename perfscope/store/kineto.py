@@ -35,6 +35,17 @@ Decisions worth knowing:
   builders in chunks of the original's boundaries, so the tables are the unfiltered
   trace's, row for row.  A text the filter refuses, or without the library, is decoded
   whole as below (which also words the errors).
+* **Ordinary traces skip the event objects.**  The filtered text of a Kineto trace (not
+  one of perfscope's own exports) is read by a native column extractor
+  (:mod:`perfscope.store.kineto_native`: one pass of C filling int64 columns, timestamps
+  parsed from the text as exact nanoseconds, names unescaped into one Arrow buffer), and
+  the tables are built from those columns in bulk with numpy and Arrow, the per-chunk row
+  order included; only syncs, NCCL kernels and ``record_param_comms`` ops are decoded as
+  events, from their spans.  Anything the extractor cannot read exactly as msgspec would
+  (an escaped or repeated key, a float or text where an int is expected, a timestamp
+  with an exponent or more than three decimals, ``args.ps``) sends the whole text to the
+  msgspec route below, which gives the same tables (``PERFSCOPE_KINETO_NATIVE=0`` forces
+  it).
 * **Decoding is typed, and only what a table needs is built.**  msgspec decodes events
   into small Structs tagged by their phase: complete (``X``) and counter (``C``) events
   get the fields used here, flows, metadata and the other phases become empty structs.
@@ -85,6 +96,8 @@ from perfscope.errors import InputError, PerfscopeError, RunExistsError, UsageEr
 from perfscope.store import kineto_filter
 from perfscope.store.arrays import bool_array, column, float_array, from_numpy, int_array, str_array, str_or_none, to_int
 from perfscope.store.names import normalize_collective
+from perfscope.store.reader import MemoryRun
+from perfscope.store.writer import BackgroundWrite, stored_tables
 
 try:  # ISA-L's inflate is 2-3x faster than zlib's (same output); zlib when it is missing
     from isal import igzip_lib as _isal
@@ -392,11 +405,19 @@ class ImportResult:
         path: the run directory.
         rows: rows written per rank, then per table name.
         warnings: things the user should know (guessed ranks, skipped events, ...).
+        run: with ``background=True``, the imported run in memory (a
+            :class:`~perfscope.store.reader.MemoryRun`, read like ``open_run(path)`` and
+            giving the same frames), readable before the run is on disk; else None.
     """
 
     path: Path
     rows: dict[int, dict[str, int]] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    run: MemoryRun | None = None
+    # With ``background``: each rank's (rank, stored tables, metadata) until the write ends,
+    # and the write itself.
+    _staged: list[tuple[int, dict[str, pa.Table], dict[str, Any]]] = field(default_factory=list, repr=False)
+    _writing: BackgroundWrite | None = field(default=None, repr=False)
 
     @property
     def ranks(self) -> list[int]:
@@ -406,6 +427,23 @@ class ImportResult:
     def total(self, table: str) -> int:
         """Rows of ``table`` over all ranks."""
         return sum(r.get(table, 0) for r in self.rows.values())
+
+    @property
+    def writing(self) -> bool:
+        """True while the background write of a ``background=True`` import still runs."""
+        return self._writing is not None and not self._writing.done
+
+    def wait(self) -> None:
+        """Return once the run is complete at :attr:`path` (at once unless imported with
+        ``background=True``).
+
+        Raises:
+            PerfscopeError: the background write failed (the hidden folder it wrote is
+                removed, and an existing run at ``path`` is left as it was).
+            RunExistsError: ``path`` was taken meanwhile.
+        """
+        if self._writing is not None:
+            self._writing.wait()
 
 
 # ---------------------------------------------------------------------------------------
@@ -578,13 +616,22 @@ def _chunk_sizes(counts: Sequence[Sequence[int]], cats: Sequence[str], limit: in
 def _decode_kept(kept: kineto_filter.Filtered, path: Path, text_times: bool) -> _Trace | None:
     """Decode a filtered text; None when only the original text can be trusted to give the
     answer (the filter refused it, the decode failed, or the Kineto check of
-    :func:`decode_trace` needs the events that were dropped)."""
+    :func:`decode_trace` needs the events that were dropped).
+
+    Ordinary Kineto traces take the native route when it is built: their ``traceEvents``
+    are then :class:`perfscope.store.kineto_native.Rows`, columns instead of events (see
+    :func:`_builders`).  A text that route refuses is decoded here with msgspec."""
     if kept.text is None:
         return None
-    try:
-        trace = _decode_text(kept.text, path, None, text_times, with_args=True)
-    except (InputError, RecursionError):
-        return None  # the original's decode raises the error, with its own offsets
+    # Imported here: kineto_native builds on this module's helpers.
+    from perfscope.store import kineto_native
+
+    trace = kineto_native.decode(kept) if kineto_native.available() else None
+    if trace is None:
+        try:
+            trace = _decode_text(kept.text, path, None, text_times, with_args=True)
+        except (InputError, RecursionError):
+            return None  # the original's decode raises the error, with its own offsets
     # Without Kineto's header keys decode_trace looks at the first 1000 events' categories,
     # dropped ones included.
     if kept.events and not _looks_kineto(trace):
@@ -1610,7 +1657,8 @@ def _rank_tables(out: dict[str, dict[str, Any]], warnings: list[str]) -> RankTab
     spans = [(t["start_ns"], t["dur_ns"]) for name, t in out.items() if name != "metrics"]
     started = min((int(s.min()) for s, _ in spans if len(s)), default=None)
     stopped = max((int((s + d).max()) for s, d in spans if len(s)), default=None)
-    devices = sorted({int(d) for d in out["kernels"]["device"].drop_null().to_pylist()}) if "kernels" in out else []
+    # Distinct values first: a Python int per kernel costs ~0.2 ms on 4k kernels.
+    devices = sorted(pc.unique(out["kernels"]["device"].drop_null()).to_pylist()) if "kernels" in out else []
     return RankTables(out, warnings, host_pid, devices, started, stopped)
 
 
@@ -1783,6 +1831,7 @@ def import_kineto(
     rank: int | None = None,
     force: bool = False,
     progress: ProgressFn | None = None,
+    background: bool = False,
 ) -> ImportResult:
     """Import Kineto trace files (one per rank) into a new run at ``out``.
 
@@ -1792,16 +1841,22 @@ def import_kineto(
         rank: the rank of a single file without ``distributedInfo.rank``.
         force: replace an existing run (or the perfscope files in a non-empty folder).
         progress: called as ``progress(message, bytes_done, bytes_total)``.
+        background: return once every file is decoded, with the run being written on a
+            background thread (Parquet encoding releases the GIL: the caller can analyse
+            ``result.run``, the tables in memory, meanwhile); ``result.wait()`` returns
+            when the run is in place and raises what the write raised.  Every rank's
+            tables are then held in memory until the write ends, not one rank's.
 
     Returns:
-        an :class:`ImportResult` with the run path, rows per rank and table, and warnings.
+        an :class:`ImportResult` with the run path, rows per rank and table, and warnings
+        (and with ``background``, the run in memory).
 
     Raises:
         InputError: a file is missing, unreadable, not JSON or not a Kineto trace.
         UsageError: ``rank`` given with several files, or two files claim the same rank.
         RunExistsError: ``out`` exists and ``force`` is false.
     """
-    from perfscope.store.meta import create_run, update_run, write_rank_meta
+    from perfscope.store.meta import as_read_back, create_run, merge_meta, rank_meta_record, update_run, write_rank_meta
     from perfscope.store.writer import write_rank_tables
 
     paths = [Path(files)] if isinstance(files, (str, os.PathLike)) else [Path(f) for f in files]
@@ -1869,25 +1924,13 @@ def import_kineto(
                     raise UsageError(
                         f"{seen[r].name} and {path.name} are both rank {r}; import them into separate runs")
                 seen[r] = path
-            # Decode a chunk of events at a time and keep only what a table needs.
-            owner = _pid_owner(trace)
-            builders = {r: _RankBuilder(base, pid_map, device_map) for r, pid_map, _, _, device_map in groups}
-            only = groups[0][0]
-            for chunk in iter_event_chunks(trace.traceEvents or [], text_times=text_times, path=path,
-                                           chunk=CHUNK_EVENTS, sizes=chunk_sizes):
-                if owner is None:
-                    builders[only].add(chunk)
-                else:
-                    by_rank: dict[int, list[_Event]] = {}
-                    for e in chunk:
-                        by_rank.setdefault(owner.get(e.pid, only), []).append(e)
-                    for r, evs in by_rank.items():
-                        builders[r].add(evs)
+            builders = _builders(trace, groups, base, text_times, chunk_sizes, path)
             trace.traceEvents = None
             for r, _, props, dist, _ in groups:
                 rt = builders.pop(r).finish()
-                written = write_rank_tables(tmp, r, _arrow_tables(rt.tables))
-                result.rows[r] = {name: int(written.get(name, 0)) for name in rt.tables}
+                # As the writer stores them (what a background import's analysis reads).
+                tables = stored_tables(_arrow_tables(rt.tables))
+                result.rows[r] = {name: tables[name].num_rows if name in tables else 0 for name in rt.tables}
                 result.warnings.extend(f"rank {r}: {w}" for w in rt.warnings)
                 gpu, all_props = _gpu_info(props, rt.devices)
                 info: dict[str, Any] = {
@@ -1909,7 +1952,12 @@ def import_kineto(
                     "distributed_info": dist if isinstance(dist, dict) else None,
                     "base_time_ns": base,
                 }
-                write_rank_meta(tmp, r, info, durable=False)
+                if background:
+                    result._staged.append((r, tables, info))  # written after the last file
+                else:
+                    write_rank_tables(tmp, r, tables)
+                    write_rank_meta(tmp, r, info, durable=False)
+                del tables
             del trace, groups
             done += size
         if guessed:
@@ -1919,11 +1967,39 @@ def import_kineto(
                 result.warnings.append("no distributedInfo.rank in " + ", ".join(guessed) + " (ranks given in file order)")
         world = max(world_sizes) if world_sizes else None
         world = max(world or 0, len(seen), (max(seen) + 1) if seen else 0)
-        update_run(tmp, status="complete", world_size=world, notes=[f"imported from {p}" for p in paths] + result.warnings,
-                   durable=False)
+        run_json = update_run(tmp, status="complete", world_size=world,
+                              notes=[f"imported from {p}" for p in paths] + result.warnings, durable=False)
         if progress:
             progress("writing run", total, total)
-        _move_into_place(tmp, out, force)
+        if not background:
+            _move_into_place(tmp, out, force)
+        else:
+            staged = result._staged
+            by_table: dict[str, dict[int, pa.Table]] = {}
+            for r, tables, _ in staged:
+                for name, tbl in tables.items():
+                    by_table.setdefault(name, {})[r] = tbl
+            # The metadata open_run(out) will read: the files' JSON, merged as load_meta merges it.
+            ranks_meta = [as_read_back(rank_meta_record(r, info)) for r, _, info in staged]
+            result.run = MemoryRun(out, merge_meta(as_read_back(run_json), ranks_meta), by_table)
+
+            def write() -> None:
+                # From here on the thread owns ``tmp``: it cleans up as the handlers below do.
+                try:
+                    for r, tables, info in staged:
+                        write_rank_tables(tmp, r, tables)
+                        write_rank_meta(tmp, r, info, durable=False)
+                    _move_into_place(tmp, out, force)
+                except BaseException as e:
+                    shutil.rmtree(tmp, ignore_errors=True)
+                    if isinstance(e, OSError):
+                        raise PerfscopeError(f"cannot write the run at {out}: {e.strerror or e}; "
+                                             "choose a writable output folder") from None
+                    raise
+                finally:
+                    staged.clear()  # the tables stay in memory only as long as result.run holds them
+
+            result._writing = BackgroundWrite(write, name="perfscope-import-write")
     except OSError as e:
         shutil.rmtree(tmp, ignore_errors=True)
         raise PerfscopeError(f"cannot write the run at {out}: {e.strerror or e}; choose a writable output folder") from None
@@ -1934,6 +2010,36 @@ def import_kineto(
         if gc_was_enabled:
             gc.enable()
     return result
+
+
+def _builders(trace: _Trace, groups: list[tuple[int, Any, Any, Any, Any]], base: int, text_times: bool,
+              chunk_sizes: list[int] | None, path: Path) -> dict[int, Any]:
+    """Per rank of ``groups``, a builder holding the rank's tables (``finish()`` gives
+    its :class:`RankTables`), made from the trace's events.
+
+    Events decoded by msgspec go through :class:`_RankBuilder` a chunk at a time, and
+    only what a table needs is kept; columns the native extractor read (an ordinary
+    trace, one rank) go to :class:`perfscope.store.kineto_native.RankBuilder`, which
+    builds the same tables from them in bulk."""
+    from perfscope.store import kineto_native
+
+    events = trace.traceEvents
+    only = groups[0][0]
+    if isinstance(events, kineto_native.Rows):
+        return {only: kineto_native.RankBuilder(events, base, chunk_sizes, CHUNK_EVENTS)}
+    owner = _pid_owner(trace)
+    builders = {r: _RankBuilder(base, pid_map, device_map) for r, pid_map, _, _, device_map in groups}
+    for chunk in iter_event_chunks(events or [], text_times=text_times, path=path,
+                                   chunk=CHUNK_EVENTS, sizes=chunk_sizes):
+        if owner is None:
+            builders[only].add(chunk)
+        else:
+            by_rank: dict[int, list[_Event]] = {}
+            for e in chunk:
+                by_rank.setdefault(owner.get(e.pid, only), []).append(e)
+            for r, evs in by_rank.items():
+                builders[r].add(evs)
+    return builders
 
 
 def _arrow_tables(tables: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:

@@ -1,9 +1,11 @@
-"""Build of the Kineto pre-filter (``kineto_filter.c``).
+"""Build of the Kineto pre-filter and column extractor (``kineto_filter.c``,
+``kineto_columns.c``).
 
-``setup.py`` execs this file and calls :func:`extensions`.  The filter is a plain shared
+``setup.py`` execs this file and calls :func:`extensions`.  Both are one plain shared
 library loaded with ctypes (no Python headers are used), named like an extension module
-so that setuptools builds and installs it next to :mod:`perfscope.store.kineto_filter`.
-Without it the importer decodes whole traces, as it did before the filter existed.
+so that setuptools builds and installs it next to :mod:`perfscope.store.kineto_filter`
+(:mod:`perfscope.store.kineto_native` loads the same file).  Without it the importer
+decodes whole traces, as it did before the filter existed.
 
 From a source checkout without installing: ``python perfscope/store/kineto_filter_build.py``
 compiles it in place with ``cc``.
@@ -16,7 +18,7 @@ import sysconfig
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-SOURCE = HERE / "kineto_filter.c"
+SOURCES = (HERE / "kineto_filter.c", HERE / "kineto_columns.c")
 MODULE = "perfscope.store._kineto_filter"
 CFLAGS = ["-O2", "-std=gnu11", "-fvisibility=hidden", "-Wall"]
 
@@ -31,10 +33,10 @@ def extensions() -> list:
     root = HERE.parent.parent
     return [Extension(
         MODULE,
-        sources=[str(SOURCE.relative_to(root))],
+        sources=[str(source.relative_to(root)) for source in SOURCES],
         extra_compile_args=[*CFLAGS, "-pthread"],
         extra_link_args=["-pthread"],
-        # Not a Python module: nothing to export but kf_filter.
+        # Not a Python module: nothing to export but kf_filter, kc_extract and kc_layout.
         py_limited_api=False,
         # Without it imports only take longer: a failed build must not fail the install.
         optional=True,
@@ -42,14 +44,14 @@ def extensions() -> list:
 
 
 def build_in_place(cc: str | None = None, extra_flags: list[str] | None = None) -> Path:
-    """Compile ``kineto_filter.c`` next to itself and return the library's path.
+    """Compile the sources into a library next to them and return its path.
 
     ``extra_flags`` are added to the compiler's (e.g. ``-fsanitize=address,undefined``).
     """
     suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
     out = HERE / f"_kineto_filter{suffix}"
     cmd = [cc or os.environ.get("CC", "cc"), *CFLAGS, *(extra_flags or []), "-pthread", "-shared", "-fPIC",
-           "-o", str(out), str(SOURCE)]
+           "-o", str(out), *map(str, SOURCES)]
     subprocess.run(cmd, check=True)
     return out
 

@@ -162,11 +162,23 @@ def rank_meta_path(path: str | os.PathLike[str], rank: int) -> Path:
     return Path(path) / RANKS_DIR / f"rank-{int(rank)}.json"
 
 
+def rank_meta_record(rank: int, info: dict[str, Any]) -> dict[str, Any]:
+    """Return what :func:`write_rank_meta` writes for ``rank``: ``rank``, this process's
+    ``host`` and ``pid``, then ``info`` (whose keys win)."""
+    return {"rank": int(rank), "host": socket.gethostname(), "pid": os.getpid(), **info}
+
+
 def write_rank_meta(path: str | os.PathLike[str], rank: int, info: dict[str, Any], *, durable: bool = True) -> None:
     """Write rank ``rank``'s metadata file (replacing it atomically; see
     :func:`atomic_write_json` for ``durable``)."""
-    data = {"rank": int(rank), "host": socket.gethostname(), "pid": os.getpid(), **info}
-    atomic_write_json(rank_meta_path(path, rank), data, durable=durable)
+    atomic_write_json(rank_meta_path(path, rank), rank_meta_record(rank, info), durable=durable)
+
+
+def as_read_back(obj: Any) -> Any:
+    """Return ``obj`` as reading it back from a file :func:`atomic_write_json` wrote gives
+    it (tuples as lists, keys as text, other objects as ``str``): an in-memory run's
+    metadata must equal the stored run's."""
+    return json.loads(json.dumps(obj, default=str))
 
 
 def load_meta(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -200,10 +212,20 @@ def load_meta(path: str | os.PathLike[str]) -> dict[str, Any]:
     if rdir.is_dir():
         for f in sorted(rdir.glob("rank-*.json")):
             ranks.append(read_json(f))
-    ranks.sort(key=lambda r: int(r.get("rank", 0)))
-    meta["ranks"] = ranks
-    meta["status"] = _overall_status(meta, ranks)
-    return meta
+    return merge_meta(meta, ranks)
+
+
+def merge_meta(run: dict[str, Any], ranks: list[dict[str, Any]]) -> dict[str, Any]:
+    """Merge ``run`` (a run.json object, changed in place) with its rank files' objects.
+
+    Returns:
+        ``run`` with ``ranks`` (the rank dicts sorted by rank) and ``status`` recomputed
+        (see :func:`load_meta`).
+    """
+    ranks = sorted(ranks, key=lambda r: int(r.get("rank", 0)))
+    run["ranks"] = ranks
+    run["status"] = _overall_status(run, ranks)
+    return run
 
 
 def _overall_status(meta: dict[str, Any], ranks: list[dict[str, Any]]) -> str:

@@ -30,8 +30,36 @@ if TYPE_CHECKING:
 _RANK_DIR = re.compile(r"^rank=(-?\d+)$")
 
 
+class _RunView:
+    """What :class:`Run` and :class:`MemoryRun` share: metadata, status and ranks."""
+
+    meta: dict[str, Any]
+
+    @property
+    def status(self) -> str:
+        """``complete``, ``recording`` or ``incomplete``."""
+        return str(self.meta.get("status"))
+
+    @property
+    def ranks(self) -> list[int]:
+        """Every rank that has metadata or data in this run, sorted."""
+        ranks = {int(r["rank"]) for r in self.meta.get("ranks", []) if "rank" in r}
+        ranks.update(self._data_ranks())
+        return sorted(ranks)
+
+    def _data_ranks(self) -> set[int]:
+        raise NotImplementedError
+
+    def rank_meta(self, rank: int) -> dict[str, Any]:
+        """Return rank ``rank``'s metadata dict (empty when the rank wrote none)."""
+        for r in self.meta.get("ranks", []):
+            if int(r.get("rank", -1)) == rank:
+                return r
+        return {}
+
+
 @dataclass
-class Run:
+class Run(_RunView):
     """A run directory opened for reading.
 
     Attributes:
@@ -43,25 +71,8 @@ class Run:
     meta: dict[str, Any]
     _parts: dict[str, dict[int, list[Path]]] = field(default_factory=dict, repr=False)
 
-    @property
-    def status(self) -> str:
-        """``complete``, ``recording`` or ``incomplete``."""
-        return str(self.meta.get("status"))
-
-    @property
-    def ranks(self) -> list[int]:
-        """Every rank that has metadata or data in this run, sorted."""
-        ranks = {int(r["rank"]) for r in self.meta.get("ranks", []) if "rank" in r}
-        for by_rank in self._parts.values():
-            ranks.update(by_rank)
-        return sorted(ranks)
-
-    def rank_meta(self, rank: int) -> dict[str, Any]:
-        """Return rank ``rank``'s metadata dict (empty when the rank wrote none)."""
-        for r in self.meta.get("ranks", []):
-            if int(r.get("rank", -1)) == rank:
-                return r
-        return {}
+    def _data_ranks(self) -> set[int]:
+        return {r for by_rank in self._parts.values() for r in by_rank}
 
     def part_files(self, name: str, ranks: Iterable[int] | None = None) -> list[tuple[int, Path]]:
         """Return (rank, path) of every part file of table ``name`` for ``ranks`` (all if None)."""
@@ -97,24 +108,76 @@ class Run:
             UsageError: unknown table or column.
             CorruptRunError: a part file cannot be read.
         """
-        decl = table_decl(name)
-        cols = list(columns) if columns is not None else [*decl.column_names, "rank"]
-        unknown = [c for c in cols if c != "rank" and c not in decl.column_names]
-        if unknown:
-            raise UsageError(f"table {name!r} has no column(s) {unknown}; it has {decl.column_names + ['rank']}")
-        data_cols = [c for c in cols if c != "rank"]
-        pieces: list[pa.Table] = []
-        ranks_of: list[np.ndarray] = []
-        for rank, path in self.part_files(name, ranks):
-            piece = _read_part(decl, path, data_cols)
-            pieces.append(piece)
-            ranks_of.append(np.full(piece.num_rows, rank, dtype=np.int64))
-        if not pieces:
-            return _empty_frame(decl, cols)
-        tbl = pieces[0] if len(pieces) == 1 else pa.concat_tables(pieces, promote_options="default")
-        # The partition key straight from numpy: a Python list of n ints costs ~80 ms per 4M rows.
-        rank_col = ranks_of[0] if len(ranks_of) == 1 else np.concatenate(ranks_of)
-        return _to_pandas(tbl, decl, cols, rank_col)
+        decl, cols, data_cols = _asked(name, columns)
+        pieces = [(rank, _read_part(decl, path, data_cols)) for rank, path in self.part_files(name, ranks)]
+        return _frame(decl, cols, pieces)
+
+
+@dataclass
+class MemoryRun(_RunView):
+    """A run held in memory, read like a :class:`Run`: what an import has just built, so
+    that it can be analysed while (or without) being written.
+
+    Each table is kept per rank as the Arrow table the writer stores (the declared schema,
+    see :func:`perfscope.store.writer.stored_tables`), and :meth:`table` converts it with
+    the reader's own code: the frames equal those of ``open_run`` on the written run.
+
+    Attributes:
+        path: where the run is (being) written.
+        meta: what :func:`perfscope.store.meta.load_meta` gives for the written run.
+        tables: table name -> rank -> Arrow table (tables without rows left out, as the
+            writer writes no part file for them).
+    """
+
+    path: Path
+    meta: dict[str, Any]
+    tables: dict[str, dict[int, pa.Table]] = field(default_factory=dict, repr=False)
+
+    def _data_ranks(self) -> set[int]:
+        return {r for by_rank in self.tables.values() for r in by_rank}
+
+    def row_counts(self) -> dict[str, int]:
+        """Rows per table."""
+        return {name: sum(t.num_rows for t in self.tables.get(name, {}).values()) for name in TABLES}
+
+    def table(self, name: str, ranks: Iterable[int] | None = None, columns: Sequence[str] | None = None) -> pd.DataFrame:
+        """Table ``name`` as a DataFrame: see :meth:`Run.table` (same arguments, same result).
+
+        Raises:
+            UsageError: unknown table or column.
+        """
+        decl, cols, data_cols = _asked(name, columns)
+        by_rank = self.tables.get(name, {})
+        wanted = sorted(by_rank) if ranks is None else [int(r) for r in ranks]
+        return _frame(decl, cols, [(r, by_rank[r].select(data_cols)) for r in wanted if r in by_rank])
+
+
+def _asked(name: str, columns: Sequence[str] | None) -> tuple[Table, list[str], list[str]]:
+    """(declaration, columns asked, the stored ones among them) of a read of ``name``.
+
+    Raises:
+        UsageError: unknown table or column.
+    """
+    decl = table_decl(name)
+    names = decl.column_names  # a property that builds the list: once, not once per column
+    cols = list(columns) if columns is not None else [*names, "rank"]
+    unknown = [c for c in cols if c != "rank" and c not in names]
+    if unknown:
+        raise UsageError(f"table {name!r} has no column(s) {unknown}; it has {names + ['rank']}")
+    return decl, cols, [c for c in cols if c != "rank"]
+
+
+def _frame(decl: Table, cols: list[str], pieces: list[tuple[int, pa.Table]]) -> pd.DataFrame:
+    """The DataFrame of ``pieces`` ((rank, Arrow table of the stored columns asked), in
+    order) with columns ``cols``: see :meth:`Run.table`."""
+    if not pieces:
+        return _empty_frame(decl, cols)
+    tables = [t for _, t in pieces]
+    tbl = tables[0] if len(tables) == 1 else pa.concat_tables(tables, promote_options="default")
+    # The partition key straight from numpy: a Python list of n ints costs ~80 ms per 4M rows.
+    ranks_of = [np.full(t.num_rows, r, dtype=np.int64) for r, t in pieces]
+    rank_col = ranks_of[0] if len(ranks_of) == 1 else np.concatenate(ranks_of)
+    return _to_pandas(tbl, decl, cols, rank_col)
 
 
 def _parquet_file(path: Path, read_dictionary: list[str] | None = None) -> pq.ParquetFile:
@@ -270,6 +333,14 @@ def _empty_column(decl: Table, name: str) -> Any:
 
 def _empty_frame(decl: Table, cols: list[str]) -> pd.DataFrame:
     """The frame of a table with no part file: no rows, the dtypes a read gives."""
+    # A copy of one built once: an analysis reads several empty tables (no syncs, no host
+    # spans, no collectives), and building one costs ~10x copying it.
+    return _empty_template(decl, tuple(cols)).copy()
+
+
+@functools.lru_cache(maxsize=256)
+def _empty_template(decl: Table, cols: tuple[str, ...]) -> pd.DataFrame:
+    """The frame :func:`_empty_frame` copies (never handed out itself)."""
     import pandas as pd
 
     return pd.DataFrame({c: _empty_column(decl, c) for c in cols})

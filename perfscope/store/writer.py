@@ -13,7 +13,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Union
 
@@ -55,9 +55,10 @@ def to_arrow(decl: Table, data: Batch) -> pa.Table:
         names = list(data)
         n = len(next(iter(data.values()))) if data else 0
         get = data.__getitem__
-    extra = [c for c in names if c not in decl.column_names and c != "rank"]
+    declared = decl.column_names  # a property that builds the list: once, not once per column
+    extra = [c for c in names if c not in declared and c != "rank"]
     if extra:
-        raise UsageError(f"table {decl.name!r} has no column(s) {extra}; declared: {decl.column_names}")
+        raise UsageError(f"table {decl.name!r} has no column(s) {extra}; declared: {declared}")
     arrays = []
     for col in decl.columns:
         if col.name in names:
@@ -236,6 +237,52 @@ def _next_part_number(folder: Path) -> int:
     return max(nums) + 1 if nums else 0
 
 
+def stored_tables(tables: Mapping[str, Batch]) -> dict[str, pa.Table]:
+    """Return each of ``tables`` as the Arrow table :func:`write_rank_tables` stores: coerced
+    to its declared schema by :func:`to_arrow`; tables without rows are left out (no part
+    file is written for them).
+
+    Raises:
+        UsageError: an unknown table or column.
+    """
+    out: dict[str, pa.Table] = {}
+    for name, data in tables.items():
+        tbl = to_arrow(table_decl(name), data)
+        if tbl.num_rows:
+            out[name] = tbl
+    return out
+
+
+class BackgroundWrite:
+    """``write()`` run on a thread of its own, started at once; :meth:`wait` joins it.
+
+    The thread is not a daemon: an interpreter that exits meanwhile finishes the write
+    rather than leaving it half done (a write must clean up after itself on failure).
+    """
+
+    def __init__(self, write: Callable[[], None], name: str = "perfscope-write") -> None:
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(write,), name=name)
+        self._thread.start()
+
+    def _run(self, write: Callable[[], None]) -> None:
+        try:
+            write()
+        except BaseException as e:  # noqa: BLE001 - handed to the thread that waits
+            self._error = e
+
+    @property
+    def done(self) -> bool:
+        """True once the write has ended (done or failed)."""
+        return not self._thread.is_alive()
+
+    def wait(self) -> None:
+        """Return once the write has ended; raise what it raised (every time)."""
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+
+
 def write_rank_tables(run_path: str | os.PathLike[str], rank: int, tables: Mapping[str, Batch]) -> dict[str, int]:
     """Write whole tables for one rank at once (importers use this).
 
@@ -249,4 +296,4 @@ def write_rank_tables(run_path: str | os.PathLike[str], rank: int, tables: Mappi
         return dict(w.rows_written)
 
 
-__all__ = ["RankWriter", "write_rank_tables", "to_arrow", "run_meta"]
+__all__ = ["RankWriter", "BackgroundWrite", "write_rank_tables", "stored_tables", "to_arrow", "run_meta"]
