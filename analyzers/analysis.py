@@ -4,7 +4,8 @@ The pipeline, per run:
 
 1. read the collectives table (small: one row per NCCL operation; it spans ranks);
 2. one rank at a time, read only the needed columns of kernels, memcpy, memset, sync, api,
-   markers, steps and host, then: classify kernels once per distinct name
+   markers, steps and host as arrays (``Run.arrays``: numpy columns, names as codes; no
+   DataFrame, see :mod:`.columns`), then: classify kernels once per distinct name
    (:mod:`.classify`), look each GPU event's launching call up once, build step windows
    (:mod:`.steps`), the HTA-style GPU summary row (:mod:`.gpu_summary`), the kernel and
    launch tables (:mod:`.kernels`) and the copy summary, and keep only the rank's step
@@ -34,18 +35,30 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from perfscope.analyzers.breakdown import EMPTY, breakdown, bucket_columns, by_rank_sorted, post_sync_idle_columns, with_columns
+# Every analysis builds ``str`` columns (kernel, step and copy names), which pandas makes
+# through pyarrow; pyarrow's pandas bridge imports these modules on its first use (~1.5 ms,
+# most of it compiling a version regex).  Imported here with pandas, as every analysis needs
+# them whatever the run holds; the version module is pyarrow's private one, hence the guard.
+try:
+    import pyarrow.pandas_compat  # noqa: F401
+    import pyarrow.vendored.version  # noqa: F401
+except ImportError:  # another pyarrow layout: they are imported on first use instead
+    pass
+
+from perfscope.analyzers.breakdown import EMPTY, breakdown, bucket_columns, post_sync_idle_columns
 from perfscope.analyzers.classify import COMMUNICATION, MEMORY, codes_and_names, copy_is_pcie, hta_is_computation, kernel_kind, name_matches, name_values
 from perfscope.analyzers.collectives import analyze_collectives, collectives_from_kernels
+from perfscope.analyzers.columns import Columns, bools, columns, is_null, n_rows, take
 from perfscope.analyzers.config import AnalysisConfig
 from perfscope.analyzers.gpu_summary import summary_frame, summary_row
-from perfscope.analyzers.intervals import I64, KeyIndex, as_i64, as_key, merge, split_by_rank
+from perfscope.analyzers.intervals import I64, KeyIndex, as_i64, as_key, filled_i64, merge, split_by_rank
 from perfscope.analyzers.kernels import LAUNCH_COLUMNS, launch_row, top_kernels
 from perfscope.analyzers.result import BUCKET_COLUMNS, Analysis, Recommendation
 from perfscope.analyzers.rules import RuleContext, evaluate_rules
-from perfscope.analyzers.steps import step_windows
+from perfscope.analyzers.steps import WINDOW_COLUMNS, rank_windows
 from perfscope.analyzers.stragglers import rank_stragglers
 from perfscope.errors import UsageError
+from perfscope.store.reader import Coded
 
 Progress = Callable[[str], None]
 
@@ -63,34 +76,49 @@ COLUMNS: dict[str, list[str]] = {
 HOST_SYNC_KINDS = ("barrier", "collective_wait", "sync_wait")
 SYNC_API_RE = re.compile(r"(?i)synchronize")
 DATALOADER_NAME_RE = re.compile(r"enumerate\((?:DataLoader|DataPipe)\)#.*__next__")
-PCIE_MEMORY_KERNEL_RE = r"(?i)HtoD|DtoH|HtoH|PtoP|H2D|D2H"
+PCIE_MEMORY_KERNEL_RE = re.compile(r"(?i)HtoD|DtoH|HtoH|PtoP|H2D|D2H")
+_PCIE_WORDS = ("htod", "dtoh", "htoh", "ptop", "h2d", "d2h")
+
+
+def _is_pcie_memory_kernel(name: str) -> bool:
+    """``PCIE_MEMORY_KERNEL_RE.search(name)``, decided without the regex for most names: a
+    match is one of its words in some case, and no letter of them has a case-insensitive
+    equivalent outside ASCII (the regex scans a long kernel name at every position)."""
+    low = name.lower()
+    return any(w in low for w in _PCIE_WORDS) and PCIE_MEMORY_KERNEL_RE.search(name) is not None
 
 
 RANK_TABLES: tuple[str, ...] = ("kernels", "memcpy", "memset", "sync", "api", "markers", "steps", "host")
 
 
-def _read(run: Any, name: str, ranks: list[int] | None) -> pd.DataFrame:
-    """Table ``name`` of ``ranks`` with the columns of :data:`COLUMNS`; rows without a start
-    dropped, ``start_ns``/``dur_ns`` int64 (a missing or negative duration is 0)."""
-    df = run.table(name, ranks=ranks, columns=COLUMNS[name])
-    if "start_ns" in df.columns and len(df) and not _plain_times(df):
-        if df["start_ns"].hasnans:  # only nullable columns can; filtering copies every column
-            df = df[df["start_ns"].notna()]
-        dur = df["dur_ns"] if "dur_ns" in df.columns else None
-        if dur is not None and dur.hasnans:
-            dur = dur.fillna(0)
-        df = df.assign(start_ns=as_i64(df["start_ns"]), dur_ns=np.maximum(as_i64(dur), 0) if dur is not None else 0)
-    ix = df.index  # the store's reader gives a RangeIndex from 0 already: no copy then
-    return df if isinstance(ix, pd.RangeIndex) and ix.start == 0 and ix.step == 1 else df.reset_index(drop=True)
+def _read(run: Any, name: str, ranks: list[int] | None, coded: bool = True) -> Columns:
+    """Table ``name`` of ``ranks`` as columns (:mod:`.columns`): those of :data:`COLUMNS`;
+    rows without a start dropped, ``start_ns``/``dur_ns`` int64 (a missing or negative
+    duration is 0).  Read with the run's ``arrays`` (no DataFrame is built; names as
+    :class:`~perfscope.store.reader.Coded` when ``coded``, else categoricals), or its
+    ``table`` when it has none (names as categoricals)."""
+    cols = COLUMNS[name]
+    t = run.arrays(name, ranks=ranks, columns=cols, coded=coded) if hasattr(run, "arrays") else \
+        columns(run.table(name, ranks=ranks, columns=cols))
+    if "start_ns" in t and n_rows(t) and not _plain_times(t):
+        missing = is_null(t["start_ns"])
+        if missing.any():
+            t = take(t, ~missing)
+        fixed = {"start_ns": as_i64(t["start_ns"])}
+        if "dur_ns" in t:
+            fixed["dur_ns"] = np.maximum(filled_i64(t["dur_ns"]), 0)
+        t = {**t, **fixed}
+    return t
 
 
-def _plain_times(df: pd.DataFrame) -> bool:
+def _plain_times(t: Columns) -> bool:
     """True when ``start_ns`` and ``dur_ns`` are int64 numpy columns (no nulls) and no
-    duration is negative: what the store gives; the frame needs no fixing then."""
+    duration is negative: what the store gives; the table needs no fixing then."""
+    start, dur = t["start_ns"], t.get("dur_ns")
     i64 = np.dtype(np.int64)
-    if "dur_ns" not in df.columns or df["start_ns"].dtype != i64 or df["dur_ns"].dtype != i64:
+    if not isinstance(start, np.ndarray) or not isinstance(dur, np.ndarray) or start.dtype != i64 or dur.dtype != i64:
         return False
-    return int(df["dur_ns"].to_numpy().min()) >= 0
+    return int(dur.min()) >= 0
 
 
 _RELEASE_BYTES = 64 << 20
@@ -122,13 +150,18 @@ class _GlobalCodes:
         self.names: list[str] = []
         self._dtype: pd.CategoricalDtype | None = None  # over ``names``, until a name is added
 
-    def recode(self, col: pd.Series) -> pd.Series:
-        """Return ``col`` as a categorical over every name seen so far (same index)."""
-        if isinstance(col.dtype, pd.CategoricalDtype):
-            codes, cats = col.array.codes, col.array.categories  # the Categorical: no accessor per call
+    def recode(self, col: Any) -> Coded:
+        """Return ``col`` (a column: a ``Coded``, a ``Categorical``, or any strings) coded over
+        every name seen so far (:meth:`categorical` makes it a categorical)."""
+        if isinstance(col, pd.Series) and isinstance(col.dtype, pd.CategoricalDtype):
+            col = col.array
+        if isinstance(col, Coded):
+            codes, cats = col.codes, col.names
+        elif isinstance(col, pd.Categorical):
+            codes, cats = col.codes, col.categories
         else:
             codes, cats = pd.factorize(col)
-        codes = np.asarray(codes, dtype=np.int64)
+        codes = np.asarray(codes)  # any integer dtype: -1 (null) indexes the mapping's last entry
         cat_names = [str(x) for x in np.asarray(cats, dtype=object)]
         present = pd.unique(codes)
         for c in present[present >= 0]:  # in order of first appearance
@@ -137,9 +170,10 @@ class _GlobalCodes:
                 self.index[name] = len(self.names)
                 self.names.append(name)
                 self._dtype = None
-        mapping = np.full(len(cats) + 1, -1, dtype=np.int64)  # the last entry maps null (-1) to null
+        # int32 codes: a quarter of int64's memory on a rank's millions of kernels.
+        mapping = np.full(len(cats) + 1, -1, dtype=np.int32)  # the last entry maps null (-1) to null
         mapping[: len(cats)] = [self.index.get(x, -1) for x in cat_names]
-        return pd.Series(self.categorical(mapping[codes]), index=col.index)
+        return Coded(mapping[codes], np.array(self.names, dtype=object))
 
     def categorical(self, codes: np.ndarray) -> pd.Categorical:
         """A categorical over every name seen, from global codes (-1 for null)."""
@@ -152,35 +186,41 @@ class _GlobalCodes:
 LAYER_COMPUTE, LAYER_COMM, LAYER_PCIE = 0, 1, 2
 
 
-def _gpu_events(kernels: pd.DataFrame, kinds: np.ndarray, memcpy: pd.DataFrame, memset: pd.DataFrame,
-                launch: list[tuple[np.ndarray, np.ndarray]] | None = None) -> pd.DataFrame:
-    """All GPU activity, ordered by rank: ``rank``, ``start_ns``, ``end_ns``, ``correlation``
-    (float64, NaN when unknown), ``layer`` (int8: 0 compute, 1 communication, 2 pcie) and
-    ``hta_compute`` (bool: HTA would count it as COMPUTATION).  With ``launch`` (one rank:
-    (found, launch call start) for kernels, memcpy and memset), ``launched`` (bool) and
-    ``launch_ns`` (int64) instead of ``correlation``, ordered by ``start_ns`` (stable)."""
+def _gpu_events(kernels: Columns, kinds: np.ndarray, memcpy: Columns, memset: Columns,
+                launch: list[tuple[np.ndarray, np.ndarray]] | None = None) -> dict[str, np.ndarray]:
+    """All GPU activity (the tables as columns), ordered by rank: ``rank``, ``start_ns``,
+    ``end_ns``, ``correlation`` (float64, NaN when unknown), ``layer`` (int8: 0 compute, 1
+    communication, 2 pcie) and ``hta_compute`` (bool: HTA would count it as COMPUTATION).
+    With ``launch`` (one rank: (found, launch call start) for kernels, memcpy and memset),
+    ``launched`` (bool) and ``launch_ns`` (int64) instead of ``correlation``, ordered by
+    ``start_ns`` (stable).
+
+    Returns:
+        the columns as numpy arrays of one length.
+    """
     k_layer = np.where(kinds == COMMUNICATION, LAYER_COMM, LAYER_COMPUTE).astype(np.int8)
     mem_k = kinds == MEMORY
     if mem_k.any():
-        k_layer[mem_k & name_matches(kernels["name"], PCIE_MEMORY_KERNEL_RE)] = LAYER_PCIE
+        k_layer[mem_k & name_matches(kernels["name"], _is_pcie_memory_kernel)] = LAYER_PCIE
 
-    def part(df: pd.DataFrame, layer: np.ndarray | int, hta_compute: np.ndarray | bool) -> dict[str, Any]:
-        st = as_i64(df["start_ns"])
-        n = len(df)
-        p = {"rank": df["rank"].to_numpy(dtype=np.int64), "start_ns": st, "end_ns": st + as_i64(df["dur_ns"])}
+    def part(t: Columns, layer: np.ndarray | int, hta_compute: np.ndarray | bool) -> dict[str, Any]:
+        st = as_i64(t["start_ns"])
+        n = st.size
+        p = {"rank": np.asarray(t["rank"], dtype=np.int64), "start_ns": st, "end_ns": st + as_i64(t["dur_ns"])}
         if launch is None:
-            p["correlation"] = as_key(df["correlation"])
+            p["correlation"] = as_key(t["correlation"])
         p["layer"] = np.broadcast_to(np.asarray(layer, dtype=np.int8), (n,))
         p["hta_compute"] = np.broadcast_to(np.asarray(hta_compute, dtype=bool), (n,))
         return p
 
+    has_memcpy, has_memset = n_rows(memcpy) > 0, n_rows(memset) > 0
     parts = [part(kernels, k_layer, hta_is_computation(kernels["name"]))]
-    if len(memcpy):
+    if has_memcpy:
         parts.append(part(memcpy, np.where(copy_is_pcie(memcpy["copy_kind"]), LAYER_PCIE, LAYER_COMPUTE), False))
-    if len(memset):
+    if has_memset:
         parts.append(part(memset, LAYER_COMPUTE, False))
     if launch is not None:
-        used = [launch[0]] + [lk for lk, df in zip(launch[1:], (memcpy, memset)) if len(df)]
+        used = [launch[0]] + [lk for lk, present in zip(launch[1:], (has_memcpy, has_memset)) if present]
         for p, (found, start) in zip(parts, used):
             # The launching call replaces the correlation id (all it was needed for).
             p["launched"], p["launch_ns"] = found, start
@@ -195,8 +235,7 @@ def _gpu_events(kernels: pd.DataFrame, kinds: np.ndarray, memcpy: pd.DataFrame, 
         del key
         for c in cols:  # one column at a time: the unsorted one is freed before the next
             cols[c] = cols[c][order]
-    # copy=False: the arrays are ours; consolidating them into one block would copy them all.
-    return pd.DataFrame(cols, copy=False)
+    return cols
 
 
 def _int_or_zero(v: Any) -> int:
@@ -206,12 +245,12 @@ def _int_or_zero(v: Any) -> int:
         return 0
 
 
-def _ivs(df: pd.DataFrame | None, mask: np.ndarray | None = None, end_col: str | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """(starts, ends) of the rows of ``df`` (one rank) where ``mask`` holds."""
-    if df is None or len(df) == 0:
+def _ivs(t: Columns | None, mask: np.ndarray | None = None, end_col: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(starts, ends) of the rows of ``t`` (one rank's columns) where ``mask`` holds."""
+    if t is None or n_rows(t) == 0:
         return EMPTY
-    s = as_i64(df["start_ns"].to_numpy())
-    e = as_i64(df[end_col].to_numpy()) if end_col else s + as_i64(df["dur_ns"].to_numpy())
+    s = as_i64(t["start_ns"])
+    e = as_i64(t[end_col]) if end_col else s + as_i64(t["dur_ns"])
     if mask is not None:
         return s[mask], e[mask]
     return s, e
@@ -223,75 +262,91 @@ def _cat(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.nda
 
 @dataclasses.dataclass
 class _RankPass:
-    """What the first pass keeps of one rank once its tables are dropped: small tables and
-    the merged activity layers (disjoint intervals, far fewer than the events)."""
+    """What the first pass keeps of one rank once its tables are dropped: its step windows
+    and the merged activity layers (disjoint intervals, far fewer than the events)."""
 
-    windows: pd.DataFrame
+    windows: dict[str, np.ndarray] | None  # the WINDOW_COLUMNS as arrays; None: no window
     layers: dict[str, tuple[np.ndarray, np.ndarray]]
 
 
 def _rank_pass(run: Any, r: int, cfg: AnalysisConfig, comm_corr: np.ndarray | None, comm_names: set[str] | None,
                names: _GlobalCodes, copy_kinds: _GlobalCodes, base_ns: int, out: dict[str, list]) -> _RankPass:
-    """Read one rank and compute everything that needs no other rank (appended to ``out``)."""
+    """Read one rank and compute everything that needs no other rank (appended to ``out``).
+
+    The rank's tables stay columns (numpy arrays; names as codes) throughout: no DataFrame
+    is built here but the per-rank result tables."""
     t = {name: _read(run, name, [r]) for name in RANK_TABLES}
     _release_arrow_memory()
-    k, api = t["kernels"], t["api"]
-    k = k.assign(name=names.recode(k["name"]))
+    api = t["api"]
+    k = {**t["kernels"], "name": names.recode(t["kernels"]["name"])}
+    n_k, n_api = n_rows(k), n_rows(api)
     kinds = kernel_kind(k["name"], k["correlation"], comm_corr, comm_names)
     # Each GPU event's launching call, looked up once: the API calls are sorted by correlation
     # once, and steps, the GPU summary and the launch statistics all use the result.
     index = KeyIndex(as_key(api["correlation"]))
     api_start = as_i64(api["start_ns"])
     k_found, k_pos = index.find(as_key(k["correlation"]))
-    launch = [(k_found, api_start[k_pos] if api_start.size else np.zeros(len(k), I64))]
-    for df in (t["memcpy"], t["memset"]):
-        found, pos = index.find(as_key(df["correlation"]))
-        launch.append((found, api_start[pos] if api_start.size else np.zeros(len(df), I64)))
+    launch = [(k_found, api_start[k_pos] if api_start.size else np.zeros(n_k, I64))]
+    for name in ("memcpy", "memset"):
+        found, pos = index.find(as_key(t[name]["correlation"]))
+        launch.append((found, api_start[pos] if api_start.size else np.zeros(n_rows(t[name]), I64)))
     del index
     gpu = _gpu_events(k, kinds, t["memcpy"], t["memset"], launch)
+    n_gpu = gpu["start_ns"].size
     del launch
 
-    sr = step_windows(t["steps"], t["markers"], t["host"], api, gpu, [r],
-                      step_pattern=cfg.step_pattern, extend_to_gpu=cfg.extend_steps_to_gpu)
-    out["step_warnings"].extend(sr.warnings)
+    win = rank_windows(r, t["steps"], t["markers"], t["host"], api, gpu, out["step_warnings"],
+                       step_pattern=cfg.step_pattern, extend_to_gpu=cfg.extend_steps_to_gpu)
 
-    row = summary_row(r, gpu, api, t["steps"], cfg.hta_compat, cfg.hta_compat, base_ns) if len(gpu) else None
+    row = summary_row(r, gpu, api, t["steps"], cfg.hta_compat, cfg.hta_compat, base_ns) if n_gpu else None
     if row is not None:
         out["summary"].append(row)
-    if len(k):
+    if n_k:
         out["kernels"].append(top_kernels(k, kinds, top_n=cfg.top_kernels))
-        win = sr.windows
         out["launch"].append(launch_row(r, k, api, gpu, cfg.launch, (k_found, k_pos),
-                                        (as_i64(win["start_ns"]), as_i64(win["end_ns"])) if len(win) else None))
+                                        (win["start_ns"], win["end_ns"]) if win is not None else None))
         comm = kinds == COMMUNICATION
         if comm.any():
-            out["comm_kernels"].append((k["rank"].to_numpy()[comm], k["start_ns"].to_numpy()[comm],
-                                        k["dur_ns"].to_numpy()[comm], k["name"].cat.codes.to_numpy()[comm]))
+            out["comm_kernels"].append((k["rank"][comm], k["start_ns"][comm], k["dur_ns"][comm], k["name"].codes[comm]))
     memcpy = t["memcpy"]
-    if len(memcpy):
+    if n_rows(memcpy):
         out["copies"].append(_copy_summary(memcpy, copy_kinds.recode(memcpy["copy_kind"])))
 
     # Host spans that block on others (syncs, barriers) and data-loader waits: the host
     # hook's dataloader_wait spans, and (imported traces) "enumerate(DataLoader)#...__next__".
     host, markers = t["host"], t["markers"]
     h_sync = h_dl = None
-    if len(host):
+    if n_rows(host):
         h_kind = name_values(host["kind"])
         h_dl = (h_kind == "dataloader_wait") | name_matches(host["name"], DATALOADER_NAME_RE)
         h_sync = np.isin(h_kind, HOST_SYNC_KINDS)
-    a_sync = name_matches(api["name"], SYNC_API_RE) if len(api) else None
-    m_dl = name_matches(markers["name"], DATALOADER_NAME_RE) if len(markers) else None
-    glayer = gpu["layer"].to_numpy() if len(gpu) else None
-    g = gpu if len(gpu) else None
+    a_sync = name_matches(api["name"], SYNC_API_RE) if n_api else None
+    m_dl = name_matches(markers["name"], DATALOADER_NAME_RE) if n_rows(markers) else None
+    glayer = gpu["layer"]
+    g = gpu if n_gpu else None
     layers = {
         # Only each layer's union matters to the sweep: keep it merged (bounded memory).
-        "compute": merge(*_ivs(g, glayer == LAYER_COMPUTE if g is not None else None, "end_ns")),
-        "comm": merge(*_ivs(g, glayer == LAYER_COMM if g is not None else None, "end_ns")),
-        "pcie": merge(*_ivs(g, glayer == LAYER_PCIE if g is not None else None, "end_ns")),
-        "host_sync": _cat([_ivs(t["sync"]), _ivs(host if len(host) else None, h_sync), _ivs(api if len(api) else None, a_sync)]),
-        "dataloader": _cat([_ivs(host if len(host) else None, h_dl), _ivs(markers if len(markers) else None, m_dl)]),
+        "compute": merge(*_ivs(g, glayer == LAYER_COMPUTE, "end_ns")),
+        "comm": merge(*_ivs(g, glayer == LAYER_COMM, "end_ns")),
+        "pcie": merge(*_ivs(g, glayer == LAYER_PCIE, "end_ns")),
+        "host_sync": _cat([_ivs(t["sync"]), _ivs(host, h_sync), _ivs(api, a_sync)]),
+        "dataloader": _cat([_ivs(host, h_dl), _ivs(markers, m_dl)]),
     }
-    return _RankPass(windows=sr.windows, layers=layers)
+    return _RankPass(windows=win, layers=layers)
+
+
+def _steps_rows(w: dict[str, np.ndarray], layers: dict[str, tuple[np.ndarray, np.ndarray]]) -> pd.DataFrame:
+    """One rank's rows of ``Analysis.steps``: its windows ``w`` (ordered by ``start_ns`` as
+    :func:`~.breakdown.by_rank_sorted` orders them) with the bucket columns of its
+    ``layers`` (plus ``comm_wait``), ``sync_calls`` and ``post_sync_idle_ns``."""
+    order = w["start_ns"].argsort(kind="quicksort")  # numpy's default sort, as sort_values: ties alike
+    if (order != np.arange(order.size)).any():
+        w = {c: v[order] for c, v in w.items()}
+    ws, we = w["start_ns"], w["end_ns"]
+    busy = merge(*_cat([layers["compute"], layers["comm"], layers["pcie"]]))
+    # One sync is often seen twice (CUPTI's sync record and the runtime call): merge.
+    calls, idle = post_sync_idle_columns(ws, we, busy, merge(*layers["host_sync"]))
+    return pd.DataFrame({**w, **bucket_columns(ws, we, layers), "sync_calls": calls, "post_sync_idle_ns": idle})
 
 
 def analyze_run(run: Any, config: AnalysisConfig | None = None, progress: Progress | None = None) -> Analysis:
@@ -339,12 +394,15 @@ def analyze_run(run: Any, config: AnalysisConfig | None = None, progress: Progre
         if status != "complete":
             warnings.append(f"the run's status is {status!r}: it may end early (a rank stopped before its last flush)")
     # The collectives table is small (one row per NCCL operation) and spans ranks: read it whole.
-    coll_raw = _read(run, "collectives", ranks)
+    coll_cols = _read(run, "collectives", ranks, coded=False)  # analyze_collectives takes categoricals
+    # A frame only when there are collectives: analyze_collectives works on one.
+    coll_raw = pd.DataFrame(coll_cols, copy=False) if n_rows(coll_cols) else None
+    del coll_cols
     # Correlation ids are per process: each rank's kernels are matched against its own ids.
     comm_corr = (
-        {r: as_key(g["correlation"]) for r, g in split_by_rank(coll_raw).items()} if len(coll_raw) else {}
+        {r: as_key(g["correlation"]) for r, g in split_by_rank(coll_raw).items()} if coll_raw is not None else {}
     )
-    comm_names = set(codes_and_names(coll_raw["kernel_name"])[1]) - {""} if len(coll_raw) else None
+    comm_names = set(codes_and_names(coll_raw["kernel_name"])[1]) - {""} if coll_raw is not None else None
 
     names, copy_kinds = _GlobalCodes(), _GlobalCodes()
     out: dict[str, list] = {k: [] for k in ("step_warnings", "summary", "kernels", "launch", "comm_kernels", "copies")}
@@ -357,28 +415,27 @@ def analyze_run(run: Any, config: AnalysisConfig | None = None, progress: Progre
         base = _int_or_zero(meta_r.get("base_time_ns", meta_r.get("time_base_ns")))
         passes[r] = _rank_pass(run, r, cfg, comm_corr.get(int(r)), comm_names, names, copy_kinds, base, out)
         _release_arrow_memory()  # the rank's columns (Arrow buffers) are free now
-    windows = [p.windows for p in passes.values() if len(p.windows)]
     warnings.extend(out["step_warnings"])
-    if not windows:
+    if all(p.windows is None for p in passes.values()):
         warnings.append("the run holds no GPU or host activity to analyse (no kernels, copies, API calls, steps or host spans); "
                         "check `perfscope info RUN` for its row counts")
 
     say("matching collectives")
     coll_src = coll_raw
-    if len(coll_src) == 0 and len(ranks) > 1:
+    if coll_src is None and len(ranks) > 1:
         ck = out["comm_kernels"]
         if ck:
             kcomm = pd.DataFrame({"rank": np.concatenate([c[0] for c in ck]), "start_ns": np.concatenate([c[1] for c in ck]),
                                   "dur_ns": np.concatenate([c[2] for c in ck]),
                                   "name": names.categorical(np.concatenate([c[3] for c in ck]).astype(np.int64))})
             coll_src = collectives_from_kernels(kcomm, np.full(len(kcomm), COMMUNICATION, dtype=object))
-        if len(coll_src):
+        if n_rows(coll_src):
             warnings.append("no NCCL collector data: collectives were reconstructed from NCCL kernels (no sizes, matched by order)")
     clock = cfg.collective_clock
     if clock == "auto":
         hosts = {r.get("host") for r in meta.get("ranks", []) if r.get("rank") in ranks and r.get("host")}
         clock = "end_aligned" if len(hosts) > 1 else "shared"
-        if clock == "end_aligned" and len(coll_src):
+        if clock == "end_aligned" and n_rows(coll_src):
             warnings.append(f"ranks ran on {len(hosts)} hosts: collective skew is estimated from operation durations "
                             "(immune to clock offsets between hosts), not from start times")
     coll = analyze_collectives(coll_src, world_size=world_size, clock=clock)
@@ -387,25 +444,19 @@ def analyze_run(run: Any, config: AnalysisConfig | None = None, progress: Progre
     say("breaking steps into buckets")
     cw = split_by_rank(coll[coll["wait_ns"] > 0]) if len(coll) else {}
     parts = []
-    for r, p in passes.items():
-        if len(p.windows) == 0:
+    for r, p in passes.items():  # ranks ascending, as breakdown() orders them
+        if p.windows is None:
             continue
-        w = cw.get(r)
+        c = cw.get(r)
         wait = EMPTY
-        if w is not None:
-            ws = as_i64(w["start_ns"])
-            wait = (ws, ws + as_i64(w["wait_ns"]))
-        L = {**p.layers, "comm_wait": wait}
-        busy = merge(*_cat([L["compute"], L["comm"], L["pcie"]]))
-        for _, w in by_rank_sorted(p.windows):  # the rank's windows, ordered as breakdown() orders them
-            ws, we = w["start_ns"].to_numpy(), w["end_ns"].to_numpy()
-            # One sync is often seen twice (CUPTI's sync record and the runtime call): merge.
-            calls, idle = post_sync_idle_columns(ws, we, busy, merge(*L["host_sync"]))
-            parts.append(with_columns(w, {**bucket_columns(ws, we, L), "sync_calls": calls, "post_sync_idle_ns": idle}))
+        if c is not None:
+            cs = as_i64(c["start_ns"])
+            wait = (cs, cs + as_i64(c["wait_ns"]))
+        parts.append(_steps_rows(p.windows, {**p.layers, "comm_wait": wait}))
     if parts:
         steps = _concat(parts)
     else:
-        from perfscope.analyzers.steps import WINDOW_COLUMNS, _empty
+        from perfscope.analyzers.steps import _empty
 
         steps = breakdown(_empty()[list(WINDOW_COLUMNS)], {})
         steps["sync_calls"] = pd.Series(dtype="int64")
@@ -413,9 +464,9 @@ def analyze_run(run: Any, config: AnalysisConfig | None = None, progress: Progre
 
     say("summarising GPU time")
     summary = summary_frame(out["summary"])
-    kern = _concat(out["kernels"]) if out["kernels"] else top_kernels(_read(run, "kernels", []), np.zeros(0, object))
+    kern = _concat(out["kernels"]) if out["kernels"] else top_kernels({}, np.zeros(0, object))
     launch = pd.DataFrame(out["launch"], columns=list(LAUNCH_COLUMNS))
-    copies = _concat(out["copies"]) if out["copies"] else _copy_summary(_read(run, "memcpy", []))
+    copies = _concat(out["copies"]) if out["copies"] else _copy_summary({})
 
     say("running rules")
     ctx = RuleContext(
@@ -439,21 +490,23 @@ def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
 LARGE_COPY_BYTES = 64 << 10
 
 
-def _copy_summary(memcpy: pd.DataFrame, copy_kind: pd.Series | None = None) -> pd.DataFrame:
+def _copy_summary(memcpy: pd.DataFrame | Columns, copy_kind: Any = None) -> pd.DataFrame:
     """Per (rank, copy_kind, pageable, large): count, bytes, total_ns; ``large`` is a copy of
     at least 64 KiB (4-byte ``.item()`` reads are pageable too but pinning them gains nothing).
-    ``copy_kind`` replaces ``memcpy``'s column of that name when given."""
+    ``memcpy`` is a DataFrame or columns (:mod:`.columns`); ``copy_kind`` (a column)
+    replaces its column of that name when given."""
     cols = ["rank", "copy_kind", "pageable", "large", "count", "bytes", "total_ns"]
-    if len(memcpy) == 0:
+    if n_rows(memcpy) == 0:
         return pd.DataFrame({c: np.zeros(0, np.int64) for c in cols})
+    memcpy = columns(memcpy)
     codes, kinds = codes_and_names(memcpy["copy_kind"] if copy_kind is None else copy_kind)
     kinds = np.where(kinds == "", "other", kinds)
     b = memcpy["bytes"]
     # Through float64 like pd.to_numeric(errors="coerce") (nulls and text as 0).
-    nbytes = (b.to_numpy().astype(np.float64) if b.dtype == np.dtype(np.int64)
-              else pd.to_numeric(b, errors="coerce").to_numpy(dtype="float64", na_value=0)).astype(np.int64)
-    rank = memcpy["rank"].to_numpy(dtype=np.int64)
-    pageable = memcpy["pageable"].to_numpy(dtype=bool, na_value=False)
+    nbytes = (b.astype(np.float64) if isinstance(b, np.ndarray) and b.dtype == np.dtype(np.int64)
+              else pd.to_numeric(pd.Series(b, copy=False), errors="coerce").to_numpy(dtype="float64", na_value=0)).astype(np.int64)
+    rank = np.asarray(memcpy["rank"], dtype=np.int64)
+    pageable = bools(memcpy["pageable"])
     large = nbytes >= LARGE_COPY_BYTES
     # One integer key per (rank, kind, pageable, large); np.unique + bincount, no groupby.
     key = ((rank * (len(kinds) + 1) + codes) * 2 + pageable) * 2 + large

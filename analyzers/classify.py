@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from perfscope.store.names import COLLECTIVE_ALIASES
+from perfscope.store.reader import Coded
 
 COMPUTE, COMMUNICATION, MEMORY = "compute", "communication", "memory"
 KINDS: tuple[str, ...] = (COMPUTE, COMMUNICATION, MEMORY)
@@ -45,17 +46,26 @@ PCIE_COPY_KINDS = frozenset({"H2D", "D2H", "P2P", "H2H", "other", "HtoD", "DtoH"
 D2D_COPY_KINDS = frozenset({"D2D", "DtoD"})
 
 
-def codes_and_names(names: pd.Series | list[str] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+Names = pd.Series | pd.Categorical | Coded | pd.api.extensions.ExtensionArray | list[str] | np.ndarray
+
+
+def codes_and_names(names: Names) -> tuple[np.ndarray, np.ndarray]:
     """Return (codes, distinct names) of a string column, null as ``""``.
 
-    Categorical columns (the store's dictionary-encoded names) are used as they are, so no
-    per-row string is touched; other columns are factorised once.
+    Dictionary-encoded columns (the store's names: a :class:`~perfscope.store.reader.Coded`,
+    a ``Categorical`` or a categorical Series) are used as they are, so no per-row string
+    is touched; other columns are factorised once.
     """
-    s = names if isinstance(names, pd.Series) else pd.Series(names, dtype=object)
-    if isinstance(s.dtype, pd.CategoricalDtype):
-        cat = s.array  # the Categorical itself: no accessor and no codes Series built per call
-        codes = cat.codes
-        cats = np.asarray(cat.categories, dtype=object)
+    if isinstance(names, Coded):
+        codes, cats = names.codes, names.names
+    elif isinstance(names, pd.Categorical):
+        codes, cats = names.codes, names.categories
+    else:
+        s = _names(names)
+        # The Categorical itself: no accessor and no codes Series built per call.
+        codes, cats = (s.array.codes, s.array.categories) if isinstance(s.dtype, pd.CategoricalDtype) else (None, None)
+    if codes is not None:
+        cats = np.asarray(cats, dtype=object)
         if not all(c.__class__ is str for c in cats):
             cats = np.array([str(c) for c in cats], dtype=object)
         if codes.size and codes.min() < 0:
@@ -67,8 +77,14 @@ def codes_and_names(names: pd.Series | list[str] | np.ndarray) -> tuple[np.ndarr
     return codes.astype(np.int64, copy=False), u
 
 
-def _names(names: pd.Series | list[str] | np.ndarray) -> pd.Series:
-    return names if isinstance(names, pd.Series) else pd.Series(names, dtype=object)
+def _names(names: Names) -> pd.Series | pd.Categorical | Coded:
+    """``names`` as a Series, or the ``Categorical`` or ``Coded`` itself (:func:`codes_and_names`
+    reads its codes); a pandas array keeps its dtype, a list or numpy array becomes ``object``."""
+    if isinstance(names, (pd.Series, pd.Categorical, Coded)):
+        return names
+    if isinstance(names, pd.api.extensions.ExtensionArray):
+        return pd.Series(names, copy=False)
+    return pd.Series(names, dtype=object)
 
 
 def _per_unique(names: pd.Series, fn: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
@@ -79,9 +95,20 @@ def _per_unique(names: pd.Series, fn: Callable[[np.ndarray], np.ndarray]) -> np.
     return out[codes] if len(codes) else out[:0]
 
 
-def _searcher(pattern: str | re.Pattern[str]) -> Callable[[str], re.Match[str] | None]:
+def _searcher(pattern: str | re.Pattern[str] | Callable[[str], object]) -> Callable[[str], object]:
+    if callable(pattern):  # a predicate over one name (a regex behind a cheaper test)
+        return pattern
     # re.compile returns a compiled pattern as it is; str patterns hit re's cache.
     return re.compile(pattern).search
+
+
+def _is_comm_name(name: str) -> bool:
+    """``COMM_NAME_RE.search(name)``, decided without the regex for most names."""
+    # Every match holds a library name, and each of them holds "ccl"; only c/C and l/L
+    # match those letters case-insensitively (re.IGNORECASE's extra equivalences are s/ſ
+    # and k/K), so a name without "ccl" in some case cannot match.  The regex costs several
+    # microseconds on a long demangled kernel name; the test a fraction of one.
+    return "ccl" in name.lower() and COMM_NAME_RE.search(name) is not None
 
 
 def _each(names: np.ndarray, test: Callable[[str], object]) -> np.ndarray:
@@ -90,9 +117,9 @@ def _each(names: np.ndarray, test: Callable[[str], object]) -> np.ndarray:
     return np.fromiter((bool(test(n)) for n in names), dtype=bool, count=len(names))
 
 
-def name_matches(names: pd.Series | list[str] | np.ndarray, pattern: str | re.Pattern[str]) -> np.ndarray:
-    """Return a bool array: ``re.search(pattern, name)`` per row, evaluated once per distinct
-    name (nulls never match)."""
+def name_matches(names: Names, pattern: str | re.Pattern[str] | Callable[[str], object]) -> np.ndarray:
+    """Return a bool array: ``re.search(pattern, name)`` per row (or ``pattern(name)`` for a
+    predicate), evaluated once per distinct name (nulls never match)."""
     s = _names(names)
     if len(s) == 0:
         return np.zeros(0, dtype=bool)
@@ -108,7 +135,7 @@ def name_values(names: pd.Series | list[str] | np.ndarray) -> np.ndarray:
 
 def is_comm_name(names: pd.Series | list[str] | np.ndarray) -> np.ndarray:
     """Return a bool array: True where the kernel name is a communication library kernel."""
-    return _per_unique(_names(names), lambda u: _each(u, COMM_NAME_RE.search))
+    return _per_unique(_names(names), lambda u: _each(u, _is_comm_name))
 
 
 def kernel_kind(
@@ -133,7 +160,7 @@ def kernel_kind(
     def classify(u: np.ndarray) -> np.ndarray:
         kind = np.full(len(u), COMPUTE, dtype=object)
         kind[_each(u, MEMORY_NAME_RE.search)] = MEMORY
-        comm = _each(u, COMM_NAME_RE.search)
+        comm = _each(u, _is_comm_name)
         if comm_kernel_names:
             comm |= _each(u, comm_kernel_names.__contains__)
         kind[comm] = COMMUNICATION
@@ -154,11 +181,17 @@ _HTA_NOT_COMPUTE = re.compile(HTA_NOT_COMPUTE_RE).match
 
 
 def _hta_type(name: str) -> str:
-    if _HTA_COMM(name):
+    # The regexes are anchored at the start (re.match) and case-sensitive, and each
+    # alternative needs a literal: "nccl" first, or "Memcpy"/"Sync" anywhere, or "Memset"
+    # first.  A name holding none of these cannot match, and the literal tests cost far less
+    # than the regexes' ".*" scans of a long kernel name.
+    nccl = name.startswith("nccl")
+    if nccl and _HTA_COMM(name):
         return "COMMUNICATION"
     if _HTA_MEMORY(name):
         return "MEMORY"
-    return "OTHER" if _HTA_NOT_COMPUTE(name) else "COMPUTATION"
+    maybe_not_compute = nccl or "Memcpy" in name or name.startswith("Memset") or "Sync" in name
+    return "OTHER" if maybe_not_compute and _HTA_NOT_COMPUTE(name) else "COMPUTATION"
 
 
 def hta_kernel_type(names: pd.Series | list[str] | np.ndarray) -> np.ndarray:

@@ -20,11 +20,16 @@ With ``hta_compat=False`` every GPU event counts at full nanosecond resolution.
 """
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 
 from perfscope.analyzers.classify import name_matches, name_values
+from perfscope.analyzers.columns import Columns, columns, is_null, n_rows
 from perfscope.analyzers.intervals import I64, as_i64, launch_of, merge, split_by_rank
+
+PROFILER_STEP_RE = re.compile(r"^ProfilerStep")  # compiled with the module: every analysis uses it
 
 COLUMNS: tuple[str, ...] = (
     "rank", "span_ns", "idle_ns", "compute_ns", "non_compute_ns",
@@ -32,13 +37,18 @@ COLUMNS: tuple[str, ...] = (
 )
 
 
-def _last_profiler_step_start(steps: pd.DataFrame | None) -> int | None:
-    """The start of the last ProfilerStep (None unless there are two or more distinct starts)."""
-    if steps is None or len(steps) == 0:
+def _last_profiler_step_start(steps: Columns | None) -> int | None:
+    """The start of the last ProfilerStep in ``steps`` (one rank's columns; None unless there
+    are two or more distinct starts)."""
+    if steps is None or n_rows(steps) == 0:
         return None
-    is_ps = (name_values(steps["source"]) == "profiler_step") | name_matches(steps["name"], r"^ProfilerStep")
+    is_ps = (name_values(steps["source"]) == "profiler_step") | name_matches(steps["name"], PROFILER_STEP_RE)
     start = steps["start_ns"]
-    ps = start.to_numpy()[is_ps] if start.dtype == np.dtype(I64) else start[is_ps].dropna().to_numpy(dtype=I64)
+    if start.dtype == np.dtype(I64):
+        ps = np.asarray(start)[is_ps]
+    else:
+        ps = start[is_ps]
+        ps = np.asarray(ps[~is_null(ps)], dtype=I64)
     if np.unique(ps).size < 2:
         return None
     return int(ps.max())
@@ -110,24 +120,26 @@ def gpu_summary(
 
 def summary_row(
     rank: int,
-    g: pd.DataFrame,
-    a: pd.DataFrame | None,
-    steps: pd.DataFrame | None,
+    g: pd.DataFrame | Columns,
+    a: pd.DataFrame | Columns | None,
+    steps: pd.DataFrame | Columns | None,
     last_step_filter: bool,
     hta_compat: bool,
     base_ns: int = 0,
 ) -> dict | None:
     """One rank's row of :func:`gpu_summary` (None when it has no GPU events): ``g`` its GPU
-    events, ``a`` its API calls, ``steps`` its steps; ``last_step_filter`` applies HTA's
-    exclusion of the last ProfilerStep."""
+    events, ``a`` its API calls, ``steps`` its steps (DataFrames or columns, see
+    :mod:`perfscope.analyzers.columns`); ``last_step_filter`` applies HTA's exclusion of the
+    last ProfilerStep."""
+    g, a, steps = columns(g), columns(a) if a is not None else None, columns(steps) if steps is not None else None
     excluded = False
     s, e = as_i64(g["start_ns"]), as_i64(g["end_ns"])
-    comp = g["hta_compute"].to_numpy(bool) if "hta_compute" in g.columns else g["hta_type"].to_numpy(object) == "COMPUTATION"
+    comp = np.asarray(g["hta_compute"], dtype=bool) if "hta_compute" in g else np.asarray(g["hta_type"], dtype=object) == "COMPUTATION"
     if last_step_filter:
         last = _last_profiler_step_start(steps)
         if last is not None:
-            keep = np.zeros(len(g), dtype=bool)
-            if a is not None and len(a):
+            keep = np.zeros(s.size, dtype=bool)
+            if a is not None and n_rows(a):
                 found, launch = launch_of(g, a)
                 keep = found & (launch < last)
             s, e, comp = s[keep], e[keep], comp[keep]  # the three columns used, not the frame

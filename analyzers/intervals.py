@@ -14,11 +14,18 @@ def as_i64(values) -> np.ndarray:
     return np.ascontiguousarray(np.asarray(values, dtype=I64))
 
 
-def filled_i64(col) -> np.ndarray:  # noqa: ANN001 - a pandas Series, kept import-light
-    """A Series as int64 with nulls as 0 (``as_i64(col.fillna(0))``, without the pandas
-    call when the column is plain int64, as the store's non-null columns are)."""
-    v = col.to_numpy() if col.dtype == np.dtype(I64) else np.asarray(col.fillna(0), dtype=I64)
-    return np.ascontiguousarray(v)
+def filled_i64(col) -> np.ndarray:  # noqa: ANN001 - a pandas Series or array, kept import-light
+    """A column (Series, numpy or pandas array) as int64 with nulls as 0
+    (``as_i64(col.fillna(0))``, without the pandas call when the column is plain int64, as
+    the store's non-null columns are)."""
+    if isinstance(col, np.ndarray) and col.dtype == np.dtype(I64):
+        return np.ascontiguousarray(col)
+    if col.dtype == np.dtype(I64):
+        return np.ascontiguousarray(col.to_numpy())
+    import pandas as pd
+
+    s = col if isinstance(col, pd.Series) else pd.Series(col, copy=False)
+    return np.ascontiguousarray(np.asarray(s.fillna(0), dtype=I64))
 
 
 def stable_argsort(values: np.ndarray) -> np.ndarray:
@@ -147,6 +154,8 @@ def as_key(values) -> np.ndarray:  # noqa: ANN001
 
     if isinstance(values, pd.Series) and isinstance(values.dtype, np.dtype) and values.dtype.kind in "iuf":  # no nulls but NaN
         return values.to_numpy().astype("float64", copy=False)
+    if isinstance(values, pd.arrays.IntegerArray):  # the store's integer columns with nulls
+        return values.to_numpy(dtype="float64", na_value=np.nan)
     return pd.Series(values).to_numpy(dtype="float64", na_value=np.nan)
 
 
@@ -186,15 +195,16 @@ def lookup(keys: np.ndarray, values: np.ndarray, query: np.ndarray) -> tuple[np.
     return ks[pos] == q, vs[pos]
 
 
-def launch_of(gpu, api) -> tuple[np.ndarray, np.ndarray]:  # noqa: ANN001 - pandas types
+def launch_of(gpu, api) -> tuple[np.ndarray, np.ndarray]:  # noqa: ANN001 - DataFrames or columns
     """For each GPU event of one rank, whether its launching API call is known and that call's
     start (int64 ns; arbitrary where unknown): the ``launched``/``launch_ns`` columns when
     ``gpu`` carries them (``analyze_run`` looks each rank's calls up once), else a lookup of
-    ``gpu.correlation`` in ``api.correlation`` (first occurrence wins).
+    ``gpu.correlation`` in ``api.correlation`` (first occurrence wins).  ``gpu`` and ``api``
+    are DataFrames or columns (:mod:`perfscope.analyzers.columns`).
 
     Returns:
         (found: bool array, launch start: int64 array), aligned with ``gpu``'s rows.
     """
-    if "launched" in gpu.columns and "launch_ns" in gpu.columns:
-        return gpu["launched"].to_numpy(bool), as_i64(gpu["launch_ns"].to_numpy())
+    if "launched" in gpu and "launch_ns" in gpu:  # a DataFrame's columns or a mapping's keys
+        return np.asarray(gpu["launched"], dtype=bool), as_i64(gpu["launch_ns"])
     return lookup(as_key(api["correlation"]), as_i64(api["start_ns"]), as_key(gpu["correlation"]))

@@ -32,6 +32,7 @@ import numpy as np
 import pandas as pd
 
 from perfscope.analyzers.classify import codes_and_names
+from perfscope.analyzers.columns import Columns, columns, n_rows, take
 from perfscope.analyzers.intervals import I64, as_i64, as_key, filled_i64, launch_of, lookup, merge, split_by_rank
 
 KERNEL_COLUMNS: tuple[str, ...] = ("rank", "name", "kind", "count", "total_ns", "mean_ns", "median_ns", "max_ns", "share")
@@ -56,11 +57,12 @@ class LaunchThresholds:
     launch_gap_ns: int = 100_000
 
 
-def top_kernels(kernels: pd.DataFrame, kinds: np.ndarray, top_n: int | None = 50) -> pd.DataFrame:
+def top_kernels(kernels: pd.DataFrame | Columns, kinds: np.ndarray, top_n: int | None = 50) -> pd.DataFrame:
     """Aggregate kernels per (rank, name).
 
     Args:
-        kernels: ``rank``, ``name``, ``dur_ns``.
+        kernels: ``rank``, ``name``, ``dur_ns`` (a DataFrame or columns, see
+            :mod:`perfscope.analyzers.columns`).
         kinds: kernel kind per row (from :func:`~perfscope.analyzers.classify.kernel_kind`).
         top_n: keep the top ``top_n`` names per rank by total time (None: all).
 
@@ -68,10 +70,11 @@ def top_kernels(kernels: pd.DataFrame, kinds: np.ndarray, top_n: int | None = 50
         columns of :data:`KERNEL_COLUMNS`; ns, ``share`` of the rank's total kernel time;
         sorted by rank then total time descending.
     """
-    if len(kernels) == 0:
+    if n_rows(kernels) == 0:
         return pd.DataFrame({c: np.zeros(0, dtype=np.int64) for c in KERNEL_COLUMNS})
+    kernels = columns(kernels)
     codes, names = codes_and_names(kernels["name"])
-    rank = kernels["rank"].to_numpy(dtype=np.int64)
+    rank = np.asarray(kernels["rank"], dtype=np.int64)
     dur = filled_i64(kernels["dur_ns"])
     kinds = np.asarray(kinds)
     one_rank = rank.size > 0 and rank[0] == rank[-1] and bool((rank == rank[0]).all())
@@ -162,35 +165,38 @@ def launch_stats(
 
 def launch_row(
     rank: int,
-    k: pd.DataFrame,
-    a: pd.DataFrame | None,
-    g: pd.DataFrame | None,
+    k: pd.DataFrame | Columns,
+    a: pd.DataFrame | Columns | None,
+    g: pd.DataFrame | Columns | None,
     th: LaunchThresholds,
     launch: tuple[np.ndarray, np.ndarray] | None = None,
     windows: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> dict:
     """The :data:`LAUNCH_COLUMNS` row of one rank: its kernels ``k``, API calls ``a`` and GPU
-    events ``g``; ``launch`` is (found, position in ``a``) of each kernel's launching call
-    when the caller has looked them up already; ``windows`` (starts, ends; int64 ns) are the
-    rank's step windows: only what starts inside them counts (see the module docstring)."""
+    events ``g`` (DataFrames or columns, see :mod:`perfscope.analyzers.columns`); ``launch``
+    is (found, position in ``a``) of each kernel's launching call when the caller has looked
+    them up already; ``windows`` (starts, ends; int64 ns) are the rank's step windows: only
+    what starts inside them counts (see the module docstring)."""
+    k, a, g = columns(k), columns(a) if a is not None else None, columns(g) if g is not None else None
     win = merge(*windows) if windows is not None and len(windows[0]) else None
     if win is not None:
         inside = _window_of(as_i64(k["start_ns"]), win) >= 0
         if not inside.all():
-            k = k[inside]
+            k = take(k, inside, ("start_ns", "dur_ns", "correlation"))  # the columns used below
             if launch is not None:
                 launch = (launch[0][inside], launch[1][inside])
-        if g is not None and len(g):
+        if g is not None and n_rows(g):
             g_in = _window_of(as_i64(g["start_ns"]), win) >= 0
-            g = g if g_in.all() else g[g_in]
+            g = g if g_in.all() else take(g, g_in, ("start_ns", "end_ns", "correlation", "launched", "launch_ns"))
     kd = filled_i64(k["dur_ns"])
-    row: dict = {"rank": rank, "kernels": int(len(k)), "median_kernel_ns": int(np.median(kd)) if len(kd) else 0}
-    found = np.zeros(len(k), dtype=bool)
-    if a is not None and len(a) and len(k):
+    n_k = n_rows(k)
+    row: dict = {"rank": rank, "kernels": n_k, "median_kernel_ns": int(np.median(kd)) if len(kd) else 0}
+    found = np.zeros(n_k, dtype=bool)
+    if a is not None and n_rows(a) and n_k:
         if launch is not None:
             found, a_pos = launch
         else:
-            found, a_pos = lookup(as_key(a["correlation"]), np.arange(len(a)), as_key(k["correlation"]))
+            found, a_pos = lookup(as_key(a["correlation"]), np.arange(n_rows(a)), as_key(k["correlation"]))
     if found.any():
         a_start = as_i64(a["start_ns"])[a_pos[found]]
         cpu = filled_i64(a["dur_ns"])[a_pos[found]]
@@ -224,13 +230,13 @@ def _window_of(t: np.ndarray, win: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
     return np.where(ok, i, -1)
 
 
-def _idle_gaps(g: pd.DataFrame | None, api: pd.DataFrame | None, th: LaunchThresholds,
+def _idle_gaps(g: Columns | None, api: Columns | None, th: LaunchThresholds,
                win: tuple[np.ndarray, np.ndarray] | None = None) -> dict:
-    """Split the GPU idle gaps of one rank into host_wait / kernel_wait / other; with
-    ``win`` (disjoint step windows, every event of ``g`` starting inside one), only gaps
-    inside a window, over a span of the windows' total length."""
+    """Split the GPU idle gaps of one rank (its columns) into host_wait / kernel_wait /
+    other; with ``win`` (disjoint step windows, every event of ``g`` starting inside one),
+    only gaps inside a window, over a span of the windows' total length."""
     zero = {"span_ns": 0, "idle_ns": 0, "host_wait_idle_ns": 0, "kernel_wait_idle_ns": 0, "other_idle_ns": 0, "launch_idle_ns": 0}
-    if g is None or len(g) == 0:
+    if g is None or n_rows(g) == 0:
         return zero
     s, e = as_i64(g["start_ns"]), as_i64(g["end_ns"])
     order = np.argsort(s, kind="stable")
@@ -248,7 +254,7 @@ def _idle_gaps(g: pd.DataFrame | None, api: pd.DataFrame | None, th: LaunchThres
     is_gap = gap > 0
     idle = int(gap[is_gap].sum())
     host_wait = np.zeros(s.size, dtype=bool)
-    if api is not None and len(api):
+    if api is not None and n_rows(api):
         found, ls = launch_of(g, api)
         found, ls = found[order], ls[order]
         prev_end = np.zeros(s.size, dtype=I64)

@@ -94,10 +94,19 @@ class RuleContext:
             if not len(s) or col not in s.columns:
                 self.cache[key] = 0
             else:
-                v = s[col].to_numpy()
+                v = self.column("steps", col)
                 if ranks is not None:
-                    v = v[np.isin(s["rank"].to_numpy(), ranks)]
+                    v = v[np.isin(self.column("steps", "rank"), ranks)]
                 self.cache[key] = int(np.median(v)) if v.size else 0
+        return self.cache[key]
+
+    def column(self, table: str, col: str) -> np.ndarray:
+        """Column ``col`` of the table ``table`` (``steps``, ``copies``, ...) as its numpy
+        array (``to_numpy()``), taken from the frame once: rules read the same columns over
+        and over, and each read of a frame's column costs more than what a rule does with it."""
+        key = ("_column", table, col)
+        if key not in self.cache:
+            self.cache[key] = getattr(self, table)[col].to_numpy()
         return self.cache[key]
 
     def share(self, ns: float) -> float:
@@ -179,11 +188,12 @@ def _pageable(ctx: RuleContext) -> tuple[int, int, int]:
     if "_pageable" in ctx.cache:
         return ctx.cache["_pageable"]
     # A few rows (rank x kind x pageable x large): plain numpy, no groupby.
-    step_ranks, n_steps = np.unique(ctx.steps["rank"].to_numpy(), return_counts=True)
+    step_ranks, n_steps = np.unique(ctx.column("steps", "rank"), return_counts=True)
     rank = c["rank"].to_numpy()
     kind = c["copy_kind"].to_numpy(object)
     large = c["large"].to_numpy(bool) if "large" in c.columns else np.ones(len(c), bool)
-    pageable = c["pageable"].to_numpy(bool) & large & np.isin(kind, ["H2D", "D2H"])
+    # A few rows: two comparisons cost less than np.isin's set machinery (same result).
+    pageable = c["pageable"].to_numpy(bool) & large & ((kind == "H2D") | (kind == "D2H"))
     total, count = c["total_ns"].to_numpy(float), c["count"].to_numpy(float)
 
     def per_step(mask: np.ndarray, values: np.ndarray) -> float:
@@ -248,9 +258,10 @@ def sync_rule(ctx: RuleContext) -> Recommendation | None:
     s = ctx.steps
     if len(s) == 0 or "post_sync_idle_ns" not in s.columns:
         return None
-    cost = np.maximum(s["sync_ns"].to_numpy() - s["collective_wait_ns"].to_numpy(), 0) + s["post_sync_idle_ns"].to_numpy()
+    col = lambda c: ctx.column("steps", c)  # noqa: E731
+    cost = np.maximum(col("sync_ns") - col("collective_wait_ns"), 0) + col("post_sync_idle_ns")
     med = int(np.median(cost))
-    calls = float(np.median(s["sync_calls"].to_numpy()))
+    calls = float(np.median(col("sync_calls")))
     share = ctx.share(med)
     if share < ctx.th("sync_share") or calls <= 0:
         return None
@@ -274,7 +285,7 @@ def launch_rule(ctx: RuleContext) -> Recommendation | None:
     Saving: the launch idle (host_wait and kernel_wait gaps under 100 us) per step, bounded
     by the host bucket."""
     l = ctx.launch
-    if l is None or len(l) == 0 or not l["launch_bound"].any():
+    if l is None or len(l) == 0 or not ctx.column("launch", "launch_bound").any():
         return None
     lb = l[l["launch_bound"]]
     ranks = tuple(int(r) for r in lb["rank"])
@@ -309,9 +320,10 @@ def host_rule(ctx: RuleContext) -> Recommendation | None:
     if len(s) == 0:
         return None
     l = ctx.launch
-    if l is not None and len(l) and l["launch_bound"].any():
+    if l is not None and len(l) and ctx.column("launch", "launch_bound").any():
         return None
-    other = np.maximum(s["host_ns"].to_numpy() - (s["post_sync_idle_ns"].to_numpy() if "post_sync_idle_ns" in s.columns else 0), 0)
+    other = np.maximum(ctx.column("steps", "host_ns")
+                       - (ctx.column("steps", "post_sync_idle_ns") if "post_sync_idle_ns" in s.columns else 0), 0)
     med = int(np.median(other))
     share = ctx.share(med)
     if share < ctx.th("host_share"):
@@ -439,7 +451,7 @@ def compute_rule(ctx: RuleContext) -> Recommendation | None:
     fp32_share = 0.0
     if k is not None and len(k):
         # At most top_kernels names per rank: a Python loop over them is cheapest.
-        fp32 = np.array([_is_fp32_matmul(n) for n in map(str, k["name"])], dtype=bool)
+        fp32 = np.array([_is_fp32_matmul(n) for n in map(str, k["name"].to_numpy(object))], dtype=bool)
         total = k["total_ns"].to_numpy(float)
         tot = total[k["kind"].to_numpy(object) == "compute"].sum()
         fp32_share = float(total[fp32].sum() / tot) if tot > 0 else 0.0

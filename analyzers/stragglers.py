@@ -7,6 +7,8 @@ matched operation votes.
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pandas as pd
 
@@ -14,6 +16,13 @@ COLUMNS: tuple[str, ...] = ("rank", "ops", "last_count", "last_share", "mean_lat
 
 
 def _empty() -> pd.DataFrame:
+    """The table without rows (a copy of one built once: most runs have no collectives)."""
+    return _empty_template().copy()
+
+
+@functools.cache
+def _empty_template() -> pd.DataFrame:
+    """The frame :func:`_empty` copies (never handed out itself)."""
     return pd.DataFrame({c: np.zeros(0, np.float64 if c == "last_share" else np.int64) for c in COLUMNS})
 
 

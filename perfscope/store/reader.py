@@ -4,6 +4,9 @@ Only the ranks and columns asked for are read.  Integer columns come back as num
 ``int64`` when they hold no nulls and as pandas nullable ``Int64`` when they do (so epoch
 nanoseconds are never rounded through float64); dictionary-encoded string columns come
 back as pandas categoricals; the partition key comes back as an ``int64`` column ``rank``.
+
+``table`` returns a DataFrame; ``arrays`` returns the same columns as a dict of arrays,
+without the DataFrame (what an analysis that works on numpy arrays reads).
 """
 from __future__ import annotations
 
@@ -17,7 +20,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from perfscope.errors import CorruptRunError, UsageError
@@ -28,6 +30,29 @@ if TYPE_CHECKING:
     import pandas as pd
 
 _RANK_DIR = re.compile(r"^rank=(-?\d+)$")
+
+
+@dataclass(frozen=True)
+class Coded:
+    """A dictionary-encoded string column without pandas objects: what ``arrays(...,
+    coded=True)`` gives instead of a categorical.
+
+    Attributes:
+        codes: integers (int32 or int64), one per row: the position of the row's value in
+            ``names``, -1 for null; read-only where they are Arrow's own buffer (no copy).
+        names: object array of the distinct non-null values (``str``), in order of first
+            appearance: the categories of the categorical ``table`` gives.
+    """
+
+    codes: np.ndarray
+    names: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.codes)
+
+    def __getitem__(self, rows: Any) -> Coded:
+        """The rows ``rows`` (a boolean mask, positions or a slice), over the same names."""
+        return Coded(self.codes[rows], self.names)
 
 
 class _RunView:
@@ -109,8 +134,35 @@ class Run(_RunView):
             CorruptRunError: a part file cannot be read.
         """
         decl, cols, data_cols = _asked(name, columns)
-        pieces = [(rank, _read_part(decl, path, data_cols)) for rank, path in self.part_files(name, ranks)]
-        return _frame(decl, cols, pieces)
+        return _frame(decl, cols, self._pieces(name, ranks, decl, data_cols))
+
+    def arrays(self, name: str, ranks: Iterable[int] | None = None, columns: Sequence[str] | None = None,
+               *, coded: bool = False) -> dict[str, Any]:
+        """Read table ``name`` as arrays: the columns :meth:`table` gives, without the frame.
+
+        Args:
+            name, ranks, columns: as :meth:`table` takes them.
+            coded: dictionary-encoded string columns as :class:`Coded` (codes and names,
+                the categorical's parts) instead of pandas categoricals, which cost more to
+                build than code that only needs the codes spends on them.
+
+        Returns:
+            column name -> array, in the order asked: numpy ``int64`` (``rank`` and integer
+            columns without nulls), pandas ``IntegerArray`` (``Int64``; integer columns with
+            nulls), ``pandas.Categorical`` or :class:`Coded` (dictionary-encoded strings),
+            numpy bool or float64 (without nulls), else what ``to_pandas`` gives; every
+            array as long as the table, in :meth:`table`'s row order, with its units.
+
+        Raises:
+            UsageError: unknown table or column.
+            CorruptRunError: a part file cannot be read.
+        """
+        decl, cols, data_cols = _asked(name, columns)
+        return _arrays(decl, cols, self._pieces(name, ranks, decl, data_cols), coded)
+
+    def _pieces(self, name: str, ranks: Iterable[int] | None, decl: Table, data_cols: list[str]) -> list[tuple[int, pa.Table]]:
+        """(rank, the stored columns ``data_cols`` of one part file) of every part file read."""
+        return [(rank, _read_part(decl, path, data_cols)) for rank, path in self.part_files(name, ranks)]
 
 
 @dataclass
@@ -147,9 +199,23 @@ class MemoryRun(_RunView):
             UsageError: unknown table or column.
         """
         decl, cols, data_cols = _asked(name, columns)
+        return _frame(decl, cols, self._pieces(name, ranks, data_cols))
+
+    def arrays(self, name: str, ranks: Iterable[int] | None = None, columns: Sequence[str] | None = None,
+               *, coded: bool = False) -> dict[str, Any]:
+        """Table ``name`` as arrays: see :meth:`Run.arrays` (same arguments, same result).
+
+        Raises:
+            UsageError: unknown table or column.
+        """
+        decl, cols, data_cols = _asked(name, columns)
+        return _arrays(decl, cols, self._pieces(name, ranks, data_cols), coded)
+
+    def _pieces(self, name: str, ranks: Iterable[int] | None, data_cols: list[str]) -> list[tuple[int, pa.Table]]:
+        """(rank, its Arrow table's columns ``data_cols``) of every rank read that has rows."""
         by_rank = self.tables.get(name, {})
         wanted = sorted(by_rank) if ranks is None else [int(r) for r in ranks]
-        return _frame(decl, cols, [(r, by_rank[r].select(data_cols)) for r in wanted if r in by_rank])
+        return [(r, by_rank[r].select(data_cols)) for r in wanted if r in by_rank]
 
 
 def _asked(name: str, columns: Sequence[str] | None) -> tuple[Table, list[str], list[str]]:
@@ -172,12 +238,24 @@ def _frame(decl: Table, cols: list[str], pieces: list[tuple[int, pa.Table]]) -> 
     order) with columns ``cols``: see :meth:`Run.table`."""
     if not pieces:
         return _empty_frame(decl, cols)
+    import pandas as pd  # here, not at the top: writing a run (an import) never needs it
+
+    return pd.DataFrame(_arrays(decl, cols, pieces), copy=False)  # the arrays are new: no copy needed
+
+
+def _arrays(decl: Table, cols: list[str], pieces: list[tuple[int, pa.Table]], coded: bool = False) -> dict[str, Any]:
+    """The columns ``cols`` of ``pieces`` as arrays: see :meth:`Run.arrays`."""
+    if not pieces:
+        # Zero-length arrays built once: an analysis reads several empty tables (no syncs,
+        # no host spans, no collectives).  Copies, so no caller shares a mutable object.
+        return {c: v if isinstance(v, Coded) else v.copy() for c, v in _empty_arrays(decl, tuple(cols), coded).items()}
     tables = [t for _, t in pieces]
     tbl = tables[0] if len(tables) == 1 else pa.concat_tables(tables, promote_options="default")
     # The partition key straight from numpy: a Python list of n ints costs ~80 ms per 4M rows.
     ranks_of = [np.full(t.num_rows, r, dtype=np.int64) for r, t in pieces]
     rank_col = ranks_of[0] if len(ranks_of) == 1 else np.concatenate(ranks_of)
-    return _to_pandas(tbl, decl, cols, rank_col)
+    dict_cols = set(decl.dictionary_columns)
+    return {name: rank_col if name == "rank" else _column(tbl.column(name), name in dict_cols, coded) for name in cols}
 
 
 def _parquet_file(path: Path, read_dictionary: list[str] | None = None) -> pq.ParquetFile:
@@ -223,34 +301,59 @@ def _categorical(col: pa.ChunkedArray) -> Any:
     """A dictionary-encoded column as a pandas categorical whose categories are its distinct
     non-null values in order of first appearance (what ``dictionary_encode`` gives), built
     from the dictionary and its indices without decoding a string per row."""
+    coded = _codes(col)
+    return _encoded(col) if coded is None else _from_codes(coded.codes, coded.names)
+
+
+def _coded(col: pa.ChunkedArray) -> Coded:
+    """A dictionary-encoded column as a :class:`Coded`: the codes and categories of
+    :func:`_categorical`'s result, without the pandas objects."""
+    coded = _codes(col)
+    if coded is None:  # the rare columns _categorical converts through Arrow's to_pandas
+        cat = _encoded(col).array
+        return Coded(np.asarray(cat.codes), np.asarray(cat.categories, dtype=object))
+    return coded
+
+
+def _codes(col: pa.ChunkedArray) -> Coded | None:
+    """The codes (any integer dtype) and names of :func:`_categorical`; None where it falls
+    back to Arrow's conversion (values that are not strings, a dictionary repeating a value)."""
     import pandas as pd
 
-    if not pa.types.is_dictionary(col.type) or not (pa.types.is_string(col.type.value_type)
-                                                      or pa.types.is_large_string(col.type.value_type)):
-        return _encoded(col)
+    fresh = False  # a dictionary Arrow has just built: first appearance, each value once
+    if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
+        # What _encoded() converts, taken apart here instead (to_pandas costs more than
+        # building the categorical, or than the codes alone): a MemoryRun's strings are plain.
+        col, fresh = col.dictionary_encode(), True
+    elif not pa.types.is_dictionary(col.type) or not (pa.types.is_string(col.type.value_type)
+                                                        or pa.types.is_large_string(col.type.value_type)):
+        return None
     if col.num_chunks > 1:
         col = col.unify_dictionaries()
     if col.num_chunks == 0:
-        return _encoded(col)
+        return None
     dictionary = col.chunk(0).dictionary
     idx = [c.indices for c in col.chunks]
     if any(i.null_count for i in idx):
-        idx = [pc.fill_null(i, -1) for i in idx]
-    codes = np.concatenate([i.to_numpy() for i in idx]) if len(idx) > 1 else idx[0].to_numpy()
-    valid = codes >= 0
-    all_valid = bool(valid.all())
-    # The dictionary in the file may hold values in another order, unused values or (a
-    # writer given a dictionary array) repeated values: re-code to first appearance.
-    used = pd.unique(codes if all_valid else codes[valid])
-    if used.size != len(dictionary) or (used != np.arange(used.size)).any():
-        mapping = np.full(len(dictionary), -1, dtype=np.int64)
-        mapping[used] = np.arange(used.size)
-        codes = mapping[codes] if all_valid else np.where(valid, mapping[np.where(valid, codes, 0)], -1)
-        dictionary = dictionary.take(pa.array(used))
+        codes, null = _ints_and_nulls(pa.chunked_array(idx))
+        codes[null] = -1
+    else:
+        codes = np.concatenate([i.to_numpy() for i in idx]) if len(idx) > 1 else idx[0].to_numpy()
+    if not fresh or col.num_chunks > 1:  # unify_dictionaries() keeps the order; checked all the same
+        valid = codes >= 0
+        all_valid = bool(valid.all())
+        # The dictionary in the file may hold values in another order, unused values or (a
+        # writer given a dictionary array) repeated values: re-code to first appearance.
+        used = pd.unique(codes if all_valid else codes[valid])
+        if used.size != len(dictionary) or (used != np.arange(used.size)).any():
+            mapping = np.full(len(dictionary), -1, dtype=np.int64)
+            mapping[used] = np.arange(used.size)
+            codes = mapping[codes] if all_valid else np.where(valid, mapping[np.where(valid, codes, 0)], -1)
+            dictionary = dictionary.take(pa.array(used))
     names = dictionary.to_numpy(zero_copy_only=False)
-    if len(set(names)) != len(names):  # a repeated value: decode and re-encode
-        return _encoded(col.cast(col.type.value_type))
-    return _from_codes(codes, names)
+    if not fresh and len(set(names)) != len(names):  # a repeated value: decode and re-encode
+        return None
+    return Coded(codes, names)
 
 
 def _encoded(col: pa.ChunkedArray) -> Any:
@@ -289,31 +392,42 @@ def _no_categories() -> Any:
     return pd.CategoricalDtype(pd.Index([], dtype=object), ordered=False)
 
 
-def _column(col: pa.ChunkedArray, dictionary: bool) -> Any:
-    """One Arrow column as the array the reader returns (see the module docstring)."""
+def _column(col: pa.ChunkedArray, dictionary: bool, coded: bool = False) -> Any:
+    """One Arrow column as the array the reader returns (see the module docstring); with
+    ``coded``, a dictionary column as a :class:`Coded`."""
     import pandas as pd
 
     if dictionary:
-        return _categorical(col)
+        return _coded(col) if coded else _categorical(col)
     if pa.types.is_dictionary(col.type):
         col = col.cast(col.type.value_type)
     if pa.types.is_integer(col.type):
         if col.null_count:
-            return col.to_pandas(types_mapper={col.type: pd.Int64Dtype()}.get)
+            return pd.arrays.IntegerArray(*_ints_and_nulls(col))
         return col.to_numpy().astype("int64", copy=False)
     if not col.null_count and (pa.types.is_boolean(col.type) or pa.types.is_floating(col.type)):
         return col.to_numpy()  # what to_pandas gives, without its per-call overhead
     return col.to_pandas()
 
 
-def _to_pandas(tbl: pa.Table, decl: Table, cols: list[str], rank: np.ndarray) -> pd.DataFrame:
-    import pandas as pd  # here, not at the top: writing a run (an import) never needs it
-
-    dict_cols = set(decl.dictionary_columns)
-    arrays: dict[str, Any] = {}
-    for name in cols:
-        arrays[name] = rank if name == "rank" else _column(tbl.column(name), name in dict_cols)
-    return pd.DataFrame(arrays, copy=False)
+def _ints_and_nulls(col: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
+    """(values as int64, 0 under a null; null mask) of an integer column: the parts of the
+    ``IntegerArray`` that ``to_pandas(types_mapper=Int64Dtype)`` gives, read from the Arrow
+    buffers as pandas reads them (no compute function: the first call of one costs more
+    than the whole read of a small table)."""
+    if col.num_chunks == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=bool)
+    values, nulls = [], []
+    for ch in col.chunks:
+        n, off = len(ch), ch.offset
+        validity, data = ch.buffers()[:2]
+        values.append(np.frombuffer(data, dtype=ch.type.to_pandas_dtype(), count=off + n)[off:])
+        nulls.append(np.zeros(n, dtype=bool) if validity is None else
+                     ~np.unpackbits(np.frombuffer(validity, dtype=np.uint8), count=off + n, bitorder="little")[off:].astype(bool))
+    null = np.concatenate(nulls) if len(nulls) != 1 else nulls[0]
+    v = np.concatenate(values).astype(np.int64) if len(values) != 1 else values[0].astype(np.int64)  # a writable copy
+    v[null] = 0  # what sits under a null in the buffer is undefined
+    return v, null
 
 
 def _empty_column(decl: Table, name: str) -> Any:
@@ -344,6 +458,15 @@ def _empty_template(decl: Table, cols: tuple[str, ...]) -> pd.DataFrame:
     import pandas as pd
 
     return pd.DataFrame({c: _empty_column(decl, c) for c in cols})
+
+
+@functools.lru_cache(maxsize=256)
+def _empty_arrays(decl: Table, cols: tuple[str, ...], coded: bool) -> dict[str, Any]:
+    """The arrays :func:`_arrays` copies for a table without rows (never handed out itself)."""
+    return {c: _EMPTY_CODED if coded and c != "rank" and decl.column(c).dictionary else _empty_column(decl, c) for c in cols}
+
+
+_EMPTY_CODED = Coded(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=object))
 
 
 def _scan_parts(root: Path) -> dict[str, dict[int, list[Path]]]:
