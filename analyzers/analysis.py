@@ -368,11 +368,7 @@ def analyze_run(run: Any, config: AnalysisConfig | None = None, progress: Progre
     """
     cfg = config or AnalysisConfig()
     say = progress or (lambda _m: None)
-    if cfg.step_pattern:
-        try:
-            re.compile(cfg.step_pattern)
-        except re.error as e:
-            raise UsageError(f"--step-pattern {cfg.step_pattern!r} is not a valid regular expression ({e})") from None
+    cfg.check()
     all_ranks = list(run.ranks)
     if cfg.ranks is not None:
         missing = sorted(set(cfg.ranks) - set(all_ranks))

@@ -1,6 +1,7 @@
 """Options of an analysis (:class:`AnalysisConfig`)."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from perfscope.analyzers.kernels import LaunchThresholds
@@ -34,6 +35,20 @@ class AnalysisConfig:
     min_skew_ns: int = 0
     collective_clock: str = "auto"
     rule_thresholds: dict[str, float] = field(default_factory=dict)
+
+    def check(self) -> None:
+        """Refuse options no analysis can use (so that callers can check before costly work).
+
+        Raises:
+            UsageError: an invalid step pattern.
+        """
+        from perfscope.errors import UsageError
+
+        if self.step_pattern:
+            try:
+                re.compile(self.step_pattern)
+            except re.error as e:
+                raise UsageError(f"--step-pattern {self.step_pattern!r} is not a valid regular expression ({e})") from None
 
 
 __all__ = ["AnalysisConfig"]

@@ -225,6 +225,8 @@ def launch_row(
 
 def _window_of(t: np.ndarray, win: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
     """Index of the disjoint window (sorted starts, ends) holding each time, -1 for none."""
+    if not len(win[0]):  # zero-length step windows merge to none: nothing is inside
+        return np.full(len(t), -1, np.int64)
     i = np.searchsorted(win[0], t, side="right") - 1
     ok = (i >= 0) & (t < win[1][np.maximum(i, 0)])
     return np.where(ok, i, -1)

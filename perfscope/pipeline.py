@@ -48,6 +48,7 @@ def import_and_analyze(
         written run in place.
     """
     say = progress or (lambda _m: None)
+    (config or AnalysisConfig()).check()  # a bad option must not cost an import and leave a run behind
     result = import_kineto(files, out, rank=rank, force=force, background=True,
                            progress=(lambda message, _done, _total: say(f"importing: {message}")) if progress else None)
     assert result.run is not None  # background=True always sets it

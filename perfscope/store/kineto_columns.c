@@ -19,10 +19,14 @@
  * Speed: one pass, strings and white space skipped 16 bytes at a time (SSE2), no
  * allocation, no global state (ctypes releases the GIL around the call).  One thread: a
  * second one for the second half (as the filter has) gained nothing measurable in whole
- * imports, its rows' copy and page faults costing what it saved.
+ * imports, its rows' copy and page faults costing what it saved.  The streamed filter's
+ * sink (kc_sink_*, at the end) is another matter: it knows where every kept event is, and
+ * its two threads, both free once the text is filtered, take half of the rows each, in
+ * place (only the second half's names move).
  */
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #ifdef __SSE2__
 #include <emmintrin.h>
@@ -88,8 +92,10 @@ typedef struct {
     const uint8_t *end;
     struct { const uint8_t *ptr; size_t len; } cats[KC_MAX_CATS];
     int ncats;
-    int64_t *cols;         /* field f of row i at cols[f * capacity + i] */
+    int64_t *cols;         /* field f of row i at cols[f * field_stride + i * row_stride] */
     int64_t capacity;
+    int64_t field_stride;  /* kc_extract: capacity and 1 (one column after another); the */
+    int64_t row_stride;    /* sink: 1 and KC_NFIELDS (one row after another, see kc_sink_open) */
     int32_t *offsets;      /* capacity + 1 name offsets into blob */
     uint8_t *blob;
     size_t blob_len, blob_cap;
@@ -375,7 +381,7 @@ static inline int key_is(const uint8_t *k, size_t n, const char *s, size_t m) {
 /* Seen-key bits of an event's own keys (a repeated one is odd). */
 enum { SEEN_PH = 1, SEEN_CAT = 2, SEEN_NAME = 4, SEEN_PID = 8, SEEN_TID = 16, SEEN_TS = 32, SEEN_DUR = 64, SEEN_ARGS = 128 };
 
-#define COL(c, f, i) ((c)->cols[(int64_t)(f) * (c)->capacity + (i)])
+#define COL(c, f, i) ((c)->cols[(int64_t)(f) * (c)->field_stride + (int64_t)(i) * (c)->row_stride])
 
 /* Read an [x, y, z] array of three integers at p ('[') into fields f..f+2 of row i;
  * returns the byte after the value, *ok 0 when it is anything else. */
@@ -630,6 +636,19 @@ static int load_cats(kc_ctx *c, const uint8_t *cats, size_t len) {
     return 1;
 }
 
+/* Row i's span (byte offsets in the text) and its part of the odd counts. */
+static inline void end_row(kc_ctx *c, kc_result *res, int64_t i, ptrdiff_t start, ptrdiff_t end) {
+    COL(c, KC_START, i) = (int64_t)start;
+    COL(c, KC_END, i) = (int64_t)end;
+    int64_t odd = COL(c, KC_ODD, i);
+    if (COL(c, KC_CAT, i) < 0) odd &= KC_ODD_UNKNOWN_CAT;
+    if (odd) {
+        if (res->first_odd < 0) res->first_odd = i;
+        res->odd_rows++;
+        res->odd_bits |= odd;
+    }
+}
+
 /* The columns' names, space-separated, in their order. */
 KC_API const char *kc_layout(void) { return LAYOUT; }
 
@@ -652,6 +671,8 @@ KC_API int kc_extract(const uint8_t *text, size_t len, const uint8_t *cats, size
     c->end = text + len;
     c->cols = cols;
     c->capacity = capacity;
+    c->field_stride = capacity;
+    c->row_stride = 1;
     c->offsets = offsets;
     c->blob = blob;
     c->blob_cap = blob_cap < (size_t)INT32_MAX ? blob_cap : (size_t)INT32_MAX;
@@ -699,15 +720,7 @@ KC_API int kc_extract(const uint8_t *text, size_t len, const uint8_t *cats, size
             }
             goto shape;
         }
-        COL(c, KC_START, i) = (int64_t)(start - text);
-        COL(c, KC_END, i) = (int64_t)(p - text);
-        int64_t odd = COL(c, KC_ODD, i);
-        if (COL(c, KC_CAT, i) < 0) odd &= KC_ODD_UNKNOWN_CAT;
-        if (odd) {
-            if (res->first_odd < 0) res->first_odd = i;
-            res->odd_rows++;
-            res->odd_bits |= odd;
-        }
+        end_row(c, res, i, start - text, p - text);
         i++;
         p = skip_ws(p, end);
         if (p >= end) goto shape;
@@ -724,4 +737,144 @@ shape:
     res->rows = i;
     res->error_offset = (int64_t)((p < end ? p : end) - text);
     return KC_ERR_SHAPE;
+}
+
+/* The extractor as a sink of single events: the streamed filter (kf_stream_start in
+ * kineto_filter.c) hands it each event it keeps, right after writing it to its output,
+ * while the event is still in cache, instead of a second pass over the filtered text.
+ * The rows are those kc_extract would make of the finished text.  The caller does not
+ * know how many events will be kept: it gives `capacity` rows and a blob of `blob_cap`
+ * bytes, and when either runs out the sink stops (kc_sink_close then returns
+ * KC_ERR_ROWS or KC_ERR_BLOB) and the caller runs kc_extract over the finished text.
+ * The columns are laid out one after another (field_stride = capacity, row_stride = 1)
+ * or one row after another (field_stride = 1, row_stride = KC_NFIELDS): rows not used
+ * are then pages never touched. */
+struct kc_sink {
+    kc_ctx c;
+    kc_result *res;
+    int64_t rows;
+    int code;              /* KC_OK until the sink stops */
+    int64_t parent_capacity;  /* a fork: its parent's capacity and blob before the fork */
+    size_t parent_blob;
+};
+typedef struct kc_sink kc_sink;
+
+/* A sink writing into the caller's buffers (see kc_extract for them), or NULL when the
+ * arguments are malformed or there is no memory (the caller then extracts the text). */
+kc_sink *kc_sink_open(const uint8_t *cats, size_t cats_len, int64_t *cols, int64_t capacity, int64_t field_stride,
+                      int64_t row_stride, int32_t *offsets, uint8_t *blob, size_t blob_cap, kc_result *res) {
+    if (capacity < 0 || !((field_stride == capacity && row_stride == 1) || (field_stride == 1 && row_stride == KC_NFIELDS)))
+        return NULL;
+    kc_sink *s = calloc(1, sizeof *s);
+    if (s == NULL) return NULL;
+    if (!load_cats(&s->c, cats, cats_len)) {
+        free(s);
+        return NULL;
+    }
+    s->c.cols = cols;
+    s->c.capacity = capacity;
+    s->c.field_stride = field_stride;
+    s->c.row_stride = row_stride;
+    s->c.offsets = offsets;
+    s->c.blob = blob;
+    s->c.blob_cap = blob_cap < (size_t)INT32_MAX ? blob_cap : (size_t)INT32_MAX;
+    s->res = res;
+    memset(res, 0, sizeof *res);
+    res->open = res->close = res->first_odd = res->error_offset = -1;
+    return s;
+}
+
+/* Add the event text[start:start + n] (one element of traceEvents, '{' to '}') as the next
+ * row.  Returns 1, or 0 once the sink has stopped (no room, or not an object). */
+int kc_sink_add(kc_sink *s, const uint8_t *text, size_t start, size_t n) {
+    if (s->code != KC_OK) return 0;
+    kc_ctx *c = &s->c;
+    const uint8_t *ev = text + start;
+    int64_t i = s->rows;
+    if (i == c->capacity) {
+        s->code = KC_ERR_ROWS;
+        s->res->error_offset = (int64_t)start;
+        return 0;
+    }
+    /* The event's end bounds every read: the filter validated it, and nothing after it is
+     * needed to read it. */
+    c->end = ev + n;
+    if (n == 0 || *ev != '{' || read_event(c, ev, i) != c->end) {
+        s->code = c->full ? KC_ERR_BLOB : KC_ERR_SHAPE;
+        s->res->error_offset = (int64_t)start;
+        return 0;
+    }
+    end_row(c, s->res, i, (ptrdiff_t)start, (ptrdiff_t)(start + n));
+    s->rows++;
+    return 1;
+}
+
+/* Finish the rows: `open` and `close` are the offsets of the traceEvents array's '[' and
+ * ']' in the text.  Fills the result as kc_extract does, frees the sink and returns KC_OK,
+ * or the reason it stopped. */
+int kc_sink_close(kc_sink *s, int64_t open, int64_t close) {
+    kc_result *res = s->res;
+    int code = s->code;
+    res->rows = s->rows;
+    res->open = open;
+    res->close = close;
+    if (code == KC_OK) s->c.offsets[s->rows] = (int32_t)s->c.blob_len;
+    free(s);
+    return code;
+}
+
+/* A second sink for rows `row0` on of s's, their names going to s's blob from `blob0`
+ * (the offset in the text of the first of those rows' events: names are never longer than
+ * their text), so that a second thread may extract those rows while s gets the ones
+ * before (see kc_sink_join).  Returns NULL (and changes nothing) when s has stopped or
+ * already used them, or there is no memory. */
+kc_sink *kc_sink_fork(kc_sink *s, int64_t row0, size_t blob0) {
+    if (s->code != KC_OK || s->rows > row0 || row0 > s->c.capacity || s->c.blob_len > blob0 || blob0 > s->c.blob_cap)
+        return NULL;
+    kc_sink *t = calloc(1, sizeof *t + sizeof *t->res);
+    if (t == NULL) return NULL;
+    t->c = s->c;
+    t->c.cols = s->c.cols + row0 * s->c.row_stride;
+    t->c.capacity = s->c.capacity - row0;
+    t->c.offsets = s->c.offsets + row0;
+    t->c.blob = s->c.blob + blob0;
+    t->c.blob_cap = s->c.blob_cap - blob0;
+    t->c.blob_len = 0;
+    t->c.full = 0;
+    t->res = (kc_result *)(t + 1);
+    t->res->open = t->res->close = t->res->first_odd = t->res->error_offset = -1;
+    t->parent_capacity = s->c.capacity;
+    t->parent_blob = s->c.blob_cap;
+    s->c.capacity = row0;
+    s->c.blob_cap = blob0;
+    return t;
+}
+
+/* Take the rows of t (a fork of s, see kc_sink_fork) into s: they follow s's, whose rows
+ * must then reach exactly to t's first.  Frees t; returns 1, or 0 when either sink had
+ * stopped or there are rows missing between them (s then stops). */
+int kc_sink_join(kc_sink *s, kc_sink *t) {
+    int64_t row0 = t->c.offsets - s->c.offsets;
+    size_t used = s->c.blob_len;
+    s->c.capacity = t->parent_capacity;
+    s->c.blob_cap = t->parent_blob;
+    if (s->code != KC_OK || t->code != KC_OK || s->rows != row0) {
+        if (s->code == KC_OK) s->code = t->code != KC_OK ? t->code : KC_ERR_ROWS;
+        free(t);
+        return 0;
+    }
+    kc_ctx *c = &s->c;
+    memmove(c->blob + used, t->c.blob, t->c.blob_len);
+    for (int64_t i = 0; i < t->rows; i++)
+        c->offsets[row0 + i] = (int32_t)((size_t)c->offsets[row0 + i] + used);
+    c->blob_len = used + t->c.blob_len;
+    kc_result *r = s->res, *q = t->res;
+    if (q->odd_rows) {
+        if (r->first_odd < 0) r->first_odd = row0 + q->first_odd;
+        r->odd_rows += q->odd_rows;
+        r->odd_bits |= q->odd_bits;
+    }
+    s->rows = row0 + t->rows;
+    free(t);
+    return 1;
 }

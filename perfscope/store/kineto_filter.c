@@ -21,6 +21,8 @@
  * half is scanned by a second thread that starts at a guessed element boundary: it only
  * notes its kept events, which the first thread copies once it has reached that very
  * boundary (if it does not, the guess was wrong and the first thread does all the work).
+ * kf_stream_start() and the functions after it filter a text while it is still being
+ * written (inflated) by another thread: see the section "Streamed input".
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -51,6 +53,7 @@ enum {
     KF_ERR_NUMBER = 10,      /* an integer literal longer than KF_MAX_INT_DIGITS */
     KF_ERR_OUTPUT = 11,      /* output buffer or chunk counts too small, or no memory */
     KF_ERR_ARGS = 12,        /* malformed rule lists, or chunk_events < 1 */
+    KF_ERR_INPUT = 13,       /* a streamed text did not arrive whole (see kf_stream_start) */
 };
 
 /* Nesting limit, the root object counting as 1.  msgspec recurses per level (Python's
@@ -87,6 +90,7 @@ typedef struct {
     const uint8_t *begin, *end;
     const uint8_t *err_at;
     int err;
+    int partial;          /* more text may follow `end` (a stream): see want_more() */
     kf_cat cats[KF_MAX_CATS];
     int ncats;
     struct { const uint8_t *ptr; size_t len; } prefixes[KF_MAX_PREFIXES];
@@ -216,7 +220,8 @@ static const uint8_t *scan_string(kf_ctx *c, const uint8_t *p, int *escaped) {
         }
         if (*p < 0x20) return fail(c, KF_ERR_SYNTAX, p);
         size_t n = utf8_seq(p, end);
-        if (!n) return fail(c, KF_ERR_UTF8, p);
+        /* (a sequence cut short by the end of a partial text may be whole once more comes) */
+        if (!n) return fail(c, c->partial && end - p < 4 ? KF_ERR_TRUNCATED : KF_ERR_UTF8, p);
         p += n;
     }
 }
@@ -265,6 +270,8 @@ static const uint8_t *scan_number(kf_ctx *c, const uint8_t *p) {
         if (!is_digit(*p)) return fail(c, KF_ERR_SYNTAX, p);
         while (p < end && is_digit(*p)) p++;
     }
+    /* A partial text may go on with more digits, or a fraction that makes it no integer. */
+    if (c->partial && p >= end) return fail(c, KF_ERR_TRUNCATED, p);
     if (is_int && int_digits > KF_MAX_INT_DIGITS) return fail(c, KF_ERR_NUMBER, start);
     return p;
 }
@@ -517,12 +524,15 @@ struct kf_job {
     int gave_up;            /* second job: too many kept events to note */
     kf_job *other;          /* first job: the second job */
     int other_running;      /* first job: the second job's thread is still to be joined */
+    const int *abort;       /* second job: stop (giving up) once this is set (atomic), or NULL */
 #ifdef KF_THREADS
     pthread_t thread;
+    struct kf_stream *stream;  /* first job of a stream: its second job runs on the producer's thread */
 #endif
 };
 
 static void join_other(kf_job *j);
+static void abort_other(kf_job *j);
 
 /* Append n bytes of the input (memmove: in-place output overlaps it).  Until the second
  * job is joined, the first one writes only below the offset where the second one began
@@ -531,6 +541,7 @@ static void join_other(kf_job *j);
 static inline int put(kf_job *j, const uint8_t *src, size_t n) {
     if (j->cap - j->len < n) {
         if (j->other_running) {
+            abort_other(j);
             join_other(j);
             j->cap = j->full_cap;
         }
@@ -622,6 +633,10 @@ static int filter_events(kf_job *j, const uint8_t *p, int first) {
             if (!(p = scan_event(c, p, &kind))) return 0;
             if (kind != KF_DROP && !keep_event(j, start, (size_t)(p - start), j->events, kind)) return 0;
             j->events++;
+            if (j->abort != NULL && __atomic_load_n(j->abort, __ATOMIC_RELAXED)) {
+                j->gave_up = 1;  /* the first job does not need this share any more */
+                return 0;
+            }
             p = skip_ws(p, end);
             if (p >= end) return failed(c, KF_ERR_TRUNCATED, p);
             if (*p == ']') break;
@@ -649,9 +664,20 @@ static void *second_job(void *arg) {
     return NULL;
 }
 
+struct kf_stream;
+static void stream_wait_second(struct kf_stream *s);
+static void stream_abort_second(struct kf_stream *s);
+
+/* The second job's work will not be used: tell it to stop (a thread of kf_filter's runs
+ * on, its share being half the text at most). */
+static void abort_other(kf_job *j) {
+    if (j->other_running && j->stream != NULL) stream_abort_second(j->stream);
+}
+
 static void join_other(kf_job *j) {
     if (j->other_running) {
-        pthread_join(j->thread, NULL);
+        if (j->stream != NULL) stream_wait_second(j->stream);
+        else pthread_join(j->thread, NULL);
         j->other_running = 0;
     }
 }
@@ -673,7 +699,47 @@ static const uint8_t *guess_element(const uint8_t *from, const uint8_t *end) {
 }
 #else
 static void join_other(kf_job *j) { (void)j; }
+static void abort_other(kf_job *j) { (void)j; }
 #endif
+
+/* The root object's '{' (white space before it skipped): returns the byte after it (NULL
+ * on error). */
+static const uint8_t *root_open(kf_ctx *c, const uint8_t *p) {
+    p = skip_ws(p, c->end);
+    if (p >= c->end) return fail(c, KF_ERR_TRUNCATED, p);
+    if (*p != '{') return fail(c, KF_ERR_ROOT, p);
+    return p + 1;
+}
+
+/* One member of the root object before traceEvents, from q (just after the '{' or a
+ * ','): returns where the next one starts, or for traceEvents the byte after its '[' (and
+ * sets *events).  NULL on error, a root without traceEvents included. */
+static const uint8_t *root_member(kf_ctx *c, const uint8_t *q, int *events) {
+    const uint8_t *end = c->end, *p = skip_ws(q, end);
+    if (p >= end) return fail(c, KF_ERR_TRUNCATED, p);
+    if (*p == '}') return fail(c, KF_ERR_NO_EVENTS, p);
+    if (*p != '"') return fail(c, KF_ERR_SYNTAX, p);
+    const uint8_t *key = p + 1;
+    int escaped = 0;
+    if (!(p = scan_string(c, key, &escaped))) return NULL;
+    if (escaped) return fail(c, KF_ERR_ROOT, key);  /* it could spell traceEvents: the decoders would see it */
+    int is_events = (size_t)(p - 1 - key) == 11 && memcmp(key, "traceEvents", 11) == 0;
+    p = skip_ws(p, end);
+    if (p >= end || *p != ':') return fail(c, p >= end ? KF_ERR_TRUNCATED : KF_ERR_SYNTAX, p);
+    p = skip_ws(p + 1, end);
+    if (p >= end) return fail(c, KF_ERR_TRUNCATED, p);
+    if (is_events) {
+        if (*p != '[') return fail(c, KF_ERR_EVENTS, p);
+        *events = 1;
+        return p + 1;
+    }
+    if (!(p = skip_value(c, p, 1))) return NULL;
+    p = skip_ws(p, end);
+    if (p >= end) return fail(c, KF_ERR_TRUNCATED, p);
+    if (*p == ',') return p + 1;
+    if (*p != '}') return fail(c, KF_ERR_SYNTAX, p);
+    return p;  /* the next call finds the root's end, and no traceEvents */
+}
 
 /* Texts below this are filtered by one thread (starting one costs ~50 us). */
 #define KF_SPLIT_BYTES (2 << 20)
@@ -708,70 +774,16 @@ KF_API int kf_filter(const uint8_t *in, size_t in_len, uint8_t *out, size_t out_
     c->end = in + in_len;
     a.out = out;
     a.cap = a.full_cap = out_cap;
-    const uint8_t *p = skip_ws(in, c->end), *end = c->end;
+    const uint8_t *p = root_open(c, in), *end = c->end;
     /* The root object up to the traceEvents array, copied once the array is found. */
-    if (p >= end) {
-        fail(c, KF_ERR_TRUNCATED, p);
+    int events = 0;
+    while (p != NULL && !events)
+        p = root_member(c, p, &events);
+    if (p == NULL) goto done;
+    if (!put(&a, in, (size_t)(p - in))) {  /* the root up to and with '[' */
+        fail(c, KF_ERR_OUTPUT, p - 1);
         goto done;
     }
-    if (*p != '{') {
-        fail(c, KF_ERR_ROOT, p);
-        goto done;
-    }
-    p = skip_ws(p + 1, end);
-    for (;;) {
-        if (p >= end) {
-            fail(c, KF_ERR_TRUNCATED, p);
-            goto done;
-        }
-        if (*p == '}') {
-            fail(c, KF_ERR_NO_EVENTS, p);
-            goto done;
-        }
-        if (*p != '"') {
-            fail(c, KF_ERR_SYNTAX, p);
-            goto done;
-        }
-        const uint8_t *key = p + 1;
-        int escaped = 0;
-        if (!(p = scan_string(c, key, &escaped))) goto done;
-        if (escaped) {  /* it could spell traceEvents: the decoders would see it */
-            fail(c, KF_ERR_ROOT, key);
-            goto done;
-        }
-        int is_events = (size_t)(p - 1 - key) == 11 && memcmp(key, "traceEvents", 11) == 0;
-        p = skip_ws(p, end);
-        if (p >= end || *p != ':') {
-            fail(c, p >= end ? KF_ERR_TRUNCATED : KF_ERR_SYNTAX, p);
-            goto done;
-        }
-        p = skip_ws(p + 1, end);
-        if (p >= end) {
-            fail(c, KF_ERR_TRUNCATED, p);
-            goto done;
-        }
-        if (is_events) break;
-        if (!(p = skip_value(c, p, 1))) goto done;
-        p = skip_ws(p, end);
-        if (p >= end) {
-            fail(c, KF_ERR_TRUNCATED, p);
-            goto done;
-        }
-        if (*p == ',') p = skip_ws(p + 1, end);
-        else if (*p != '}') {
-            fail(c, KF_ERR_SYNTAX, p);
-            goto done;
-        }
-    }
-    if (*p != '[') {
-        fail(c, KF_ERR_EVENTS, p);
-        goto done;
-    }
-    if (!put(&a, in, (size_t)(p + 1 - in))) {  /* the root up to and with '[' */
-        fail(c, KF_ERR_OUTPUT, p);
-        goto done;
-    }
-    p++;
 #ifdef KF_THREADS
     if (threads > 1 && (size_t)(end - p) >= KF_SPLIT_BYTES) {
         const uint8_t *split = guess_element(p + (end - p) / 2, end);
@@ -794,6 +806,7 @@ KF_API int kf_filter(const uint8_t *in, size_t in_len, uint8_t *out, size_t out_
     filter_events(&a, p, 1);
     join_other(&a);
     a.cap = a.full_cap;
+#ifdef KF_THREADS  /* (a.stopped is only ever set with a second job) */
     if (a.stopped && !c->err) {
         /* The first job ended where the second began: copy out the second's events. */
         int64_t first = a.events;
@@ -809,6 +822,9 @@ KF_API int kf_filter(const uint8_t *in, size_t in_len, uint8_t *out, size_t out_
                 fail(c, KF_ERR_OUTPUT, b.tail);
         }
     }
+#else
+    (void)end;
+#endif
     free(b.spans);
 done:
     res->events = a.events;
@@ -816,4 +832,521 @@ done:
     res->out_len = (int64_t)a.len;
     if (c->err) res->error_offset = (int64_t)(c->err_at - in);
     return c->err;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * Streamed input: filtering while the text is still being inflated.
+ *
+ * kf_stream_start() starts a thread that filters the text as it arrives in the caller's
+ * buffer; the caller (the producer: another thread, inflating) appends pieces with
+ * kf_stream_write() and ends with kf_stream_close(), then kf_stream_finish() has it help
+ * and waits for the result.
+ *
+ * The filter reads only what has been published; a scan that runs into that frontier is
+ * retried from the start of its unit (a root member, one event with the separator before
+ * it) once more text is there, so that every verdict is the one the whole text gives (see
+ * `partial`: a cut is only ever "truncated" while more may come).  It writes the kept
+ * text over the text it has read, as kf_filter's in-place output.
+ *
+ * The producer inflates faster than the filter reads: once the text is whole, it offers
+ * to filter the second part of what the filter has not reached (a second job, as
+ * kf_filter's second thread: see stream_help()).  When the filter is through, the column
+ * extractor (kc_sink_* in kineto_columns.c) reads the kept events, the first half of them
+ * on the producer's thread and the second on the filter's (see extract_rows()).
+ * ------------------------------------------------------------------------------------- */
+typedef struct kc_sink kc_sink;
+kc_sink *kc_sink_open(const uint8_t *cats, size_t cats_len, int64_t *cols, int64_t capacity, int64_t field_stride,
+                      int64_t row_stride, int32_t *offsets, uint8_t *blob, size_t blob_cap, void *res);
+int kc_sink_add(kc_sink *s, const uint8_t *text, size_t start, size_t n);
+int kc_sink_close(kc_sink *s, int64_t open, int64_t close);
+kc_sink *kc_sink_fork(kc_sink *s, int64_t row0, size_t blob0);
+int kc_sink_join(kc_sink *s, kc_sink *t);
+
+#ifdef KF_THREADS
+enum { KF_OPEN = 0, KF_DONE = 1, KF_FAILED = 2 };
+enum { KF_NO_ANSWER = 0, KF_ACCEPTED = 1, KF_REFUSED = 2 };
+
+/* Where a kept event went in the output. */
+typedef struct {
+    int64_t at, len;
+} kf_row;
+
+struct kf_stream {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    uint8_t *buf;           /* the whole text's buffer: the producer appends, the filter reads */
+    size_t cap;
+    size_t avail;           /* bytes published (under mu) */
+    int state;              /* KF_OPEN, then KF_DONE (avail is the whole text) or KF_FAILED */
+    int stopped;            /* the filter has finished: writes are refused, no split is answered (under mu) */
+    size_t step;            /* test hook: the filter sees at most this many more bytes at a time */
+    size_t help_bytes;      /* see stream_help() (0: no help) */
+    int64_t share_rows;     /* see extract_all() (0: the filter's thread extracts every row) */
+    kf_ctx rules;           /* the rules, for the second job */
+    kf_job job;             /* the filter's */
+    int64_t open, close;    /* offsets of traceEvents' '[' and ']' in the output */
+    kf_result *res;
+    int code;
+    pthread_t thread;
+    /* The producer's help once the text is whole: it proposes an element where it would
+     * filter the rest as a second job; the filter accepts (it is still before it) or
+     * refuses at its next element. */
+    size_t progress;        /* offset of the filter's next element (atomic) */
+    size_t proposed;        /* offset of the proposed element, 0 for none (atomic) */
+    int answer;             /* KF_NO_ANSWER, KF_ACCEPTED or KF_REFUSED (under mu) */
+    int second_done;        /* the second job has finished (under mu) */
+    int abort_second;       /* the filter does not need the second job any more (atomic) */
+    kf_job second;
+    /* The extractor: rows are the kept events, in order. */
+    kc_sink *sink;          /* NULL: none asked for, or it stopped (sink_code says why) */
+    int sink_code;
+    kf_row *rows;           /* the kept events, room for `row_cap` (NULL: no room, no rows) */
+    int64_t row_cap;
+    int shared;             /* the producer's share of rows is set (under mu) */
+    int64_t shared_rows;    /* rows [0, shared_rows) are the producer's to extract */
+    int shared_done;        /* the producer has extracted them (under mu) */
+    kc_sink *fork;          /* the filter's thread's sink for the other rows */
+};
+typedef struct kf_stream kf_stream;
+
+/* Wait until more than `have` bytes are published, or the text is complete; returns the
+ * bytes the filter may read (never fewer than `have`) and sets *final when they are the
+ * whole text, or returns (size_t)-1 when the producer gave up. */
+static size_t stream_wait(kf_stream *s, size_t have, int *final) {
+    pthread_mutex_lock(&s->mu);
+    while (s->avail <= have && s->state == KF_OPEN)
+        pthread_cond_wait(&s->cv, &s->mu);
+    size_t avail = s->avail;
+    int state = s->state;
+    pthread_mutex_unlock(&s->mu);
+    if (state == KF_FAILED) return (size_t)-1;
+    *final = state == KF_DONE;
+    if (s->step && avail - have > s->step) {
+        avail = have + s->step;
+        *final = 0;
+    }
+    return avail;
+}
+
+/* After a unit failed with c->err: 1 when it is to be retried (it ran into the end of a
+ * partial text, and more has now been published), else 0 (a real error, which stays; or
+ * the producer gave up: KF_ERR_INPUT). */
+static int want_more(kf_stream *s, kf_ctx *c) {
+    if (c->err != KF_ERR_TRUNCATED || !c->partial) return 0;
+    int final = 0;
+    size_t now = stream_wait(s, (size_t)(c->end - s->buf), &final);
+    if (now == (size_t)-1) {
+        c->err = KF_ERR_INPUT;
+        c->err_at = c->end;
+        return 0;
+    }
+    c->end = s->buf + now;
+    c->partial = !final;
+    c->err = 0;
+    c->err_at = NULL;
+    return 1;
+}
+
+/* The filter: the second job (on the producer's thread) has finished. */
+static void stream_wait_second(kf_stream *s) {
+    pthread_mutex_lock(&s->mu);
+    while (!s->second_done)
+        pthread_cond_wait(&s->cv, &s->mu);
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void stream_abort_second(kf_stream *s) {
+    __atomic_store_n(&s->abort_second, 1, __ATOMIC_RELAXED);
+}
+
+/* The filter, at element p (not the first): answer a split the producer proposed. */
+static void answer_split(kf_stream *s, kf_job *j, const uint8_t *p) {
+    size_t split = __atomic_load_n(&s->proposed, __ATOMIC_ACQUIRE);
+    const uint8_t *at = s->buf + split;
+    int yes = p < at;  /* nothing written at or after it yet: the output is behind p */
+    if (yes) {
+        j->stop = at;
+        j->cap = split;  /* see put() */
+        j->other = &s->second;
+        j->other_running = 1;
+    }
+    pthread_mutex_lock(&s->mu);
+    s->answer = yes ? KF_ACCEPTED : KF_REFUSED;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    __atomic_store_n(&s->proposed, 0, __ATOMIC_RELAXED);  /* answered */
+}
+
+/* The next element of traceEvents from q (just after the '[' when `first`, else just after
+ * the previous element): returns its '{', or the array's ']'; NULL on error. */
+static const uint8_t *next_element(kf_ctx *c, const uint8_t *q, int first) {
+    const uint8_t *end = c->end, *p = skip_ws(q, end);
+    if (p >= end) return fail(c, KF_ERR_TRUNCATED, p);
+    if (*p == ']') return p;
+    if (!first) {
+        if (*p != ',') return fail(c, KF_ERR_SYNTAX, p);
+        p = skip_ws(p + 1, end);
+        if (p >= end) return fail(c, KF_ERR_TRUNCATED, p);
+        if (*p == ']') return fail(c, KF_ERR_SYNTAX, p);
+    }
+    if (*p != '{') return fail(c, KF_ERR_EVENT, p);
+    return p;
+}
+
+/* Keep the event start[0:n], of this kind, as the filter's next kept event: write it and
+ * note where it went, for the extractor. */
+static int stream_keep(kf_stream *s, const uint8_t *start, size_t n, int64_t index, int kind) {
+    kf_job *j = &s->job;
+    int64_t row = j->kept;
+    size_t at = j->len + (row ? 1 : 0);
+    if (!keep_event(j, start, n, index, kind)) return 0;
+    if (row < s->row_cap) {
+        s->rows[row].at = (int64_t)at;
+        s->rows[row].len = (int64_t)n;
+    }
+    return 1;
+}
+
+/* Extract rows [from, to) into sink t (the rows of s are complete: see extract_all).
+ * Returns 0 once the sink has stopped. */
+static int extract_rows(kf_stream *s, kc_sink *t, int64_t from, int64_t to) {
+    for (int64_t r = from; r < to; r++)
+        if (!kc_sink_add(t, s->buf, (size_t)s->rows[r].at, (size_t)s->rows[r].len)) return 0;
+    return 1;
+}
+
+/* The filter's thread: hand rows [0, m) to the producer's thread (waiting in
+ * kf_stream_finish), whose extractor reads them while this one reads the rest into a fork
+ * of the sink (0: none; the producer then only waits).  Rows [0, m) must be final, and m
+ * no more than the rows noted so far; next_at is the output offset of row m. */
+static void share_rows(kf_stream *s, int64_t m, size_t next_at) {
+    if (m > 0 && s->sink != NULL && (s->fork = kc_sink_fork(s->sink, m, next_at)) == NULL) m = 0;
+    pthread_mutex_lock(&s->mu);
+    s->shared_rows = s->fork != NULL ? m : 0;
+    s->shared = 1;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* The filter's thread, once the text is filtered (or it failed): extract the rows not
+ * handed to the producer (all of them when none were), and join the producer's.  The sink
+ * is closed either way (s->sink_code). */
+static void extract_all(kf_stream *s) {
+    int64_t n = s->job.kept;
+    /* Every row noted, and the text filtered: else the caller does without the rows. */
+    int ok = s->sink != NULL && !s->job.c.err && n <= s->row_cap;
+    if (!s->shared) {
+        /* No rows handed over yet (see stream_main): the first half, when worth it. */
+        int64_t half = ok && s->share_rows && n >= s->share_rows ? n / 2 : 0;
+        share_rows(s, half, half ? (size_t)s->rows[half].at : 0);
+    }
+    if (ok) extract_rows(s, s->fork != NULL ? s->fork : s->sink, s->fork != NULL ? s->shared_rows : 0, n);
+    if (s->fork != NULL) {
+        /* (the producer's thread writes to the sink until it is done: wait, even on error) */
+        pthread_mutex_lock(&s->mu);
+        while (!s->shared_done)
+            pthread_cond_wait(&s->cv, &s->mu);
+        pthread_mutex_unlock(&s->mu);
+        if (ok) kc_sink_join(s->sink, s->fork);
+        else kc_sink_close(s->fork, -1, -1);
+        s->fork = NULL;
+    }
+    if (s->sink != NULL) {
+        s->sink_code = kc_sink_close(s->sink, ok ? s->open : -1, ok ? s->close : -1);
+        if (!ok && s->sink_code == 0) s->sink_code = 2;  /* (kc_extract's "rows") */
+        s->sink = NULL;
+    }
+}
+
+/* The producer's thread, in kf_stream_finish: extract the rows the filter hands it (see
+ * share_rows). */
+static void extract_share(kf_stream *s) {
+    pthread_mutex_lock(&s->mu);
+    while (!s->shared)
+        pthread_cond_wait(&s->cv, &s->mu);
+    int64_t m = s->shared_rows;
+    pthread_mutex_unlock(&s->mu);
+    if (m == 0) return;
+    extract_rows(s, s->sink, 0, m);
+    pthread_mutex_lock(&s->mu);
+    s->shared_done = 1;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* The filter's thread: the text from the stream, in units that are retried until they
+ * are whole (see want_more()). */
+static void *stream_main(void *arg) {
+    kf_stream *s = arg;
+    kf_job *j = &s->job;
+    kf_ctx *c = &j->c;
+    const uint8_t *in = s->buf, *p, *q;
+    int final = 0;
+    size_t now = stream_wait(s, 0, &final);
+    if (now == (size_t)-1) {
+        fail(c, KF_ERR_INPUT, in);
+        goto done;
+    }
+    c->begin = in;
+    c->end = in + now;
+    c->partial = !final;
+    while (!(q = root_open(c, in)))
+        if (!want_more(s, c)) goto done;
+    for (int events = 0; !events; q = p)
+        while (!(p = root_member(c, q, &events)))
+            if (!want_more(s, c)) goto done;
+    if (!put(j, in, (size_t)(p - in))) {  /* the root up to and with '[' */
+        fail(c, KF_ERR_OUTPUT, p - 1);
+        goto done;
+    }
+    s->open = (int64_t)j->len - 1;
+    for (int first = 1;; first = 0) {
+        while (!(p = next_element(c, q, first)))
+            if (!want_more(s, c)) goto done;
+        if (*p == ']') break;
+        if (!first) {
+            if (__atomic_load_n(&s->proposed, __ATOMIC_RELAXED)) answer_split(s, j, p);
+            if (p == j->stop) {
+                /* The second job filtered from here on: its events are copied below. */
+                join_other(j);
+                j->cap = j->full_cap;
+                if (!s->second.gave_up) {
+                    j->stopped = 1;
+                    break;
+                }
+                j->stop = NULL;  /* it gave up: on alone */
+            }
+        }
+        const uint8_t *start = p;
+        int kind = KF_DROP;
+        while (!(p = scan_event(c, start, &kind)))
+            if (!want_more(s, c)) goto done;
+        if (kind != KF_DROP && !stream_keep(s, start, (size_t)(p - start), j->events, kind)) goto done;
+        j->events++;
+        q = p;
+        __atomic_store_n(&s->progress, (size_t)(q - in), __ATOMIC_RELAXED);
+    }
+    if (j->stopped) {
+        kf_job *b = &s->second;
+        int64_t first = j->events;
+        s->res->split = 1;
+        j->events += b->events;
+        if (b->c.err) {
+            c->err = b->c.err;
+            c->err_at = b->c.err_at;
+            goto done;
+        }
+        /* Our rows are final, and the producer is free: it extracts about half of all of
+         * them (ours only) while this thread copies the second job's events. */
+        int64_t n = j->kept + (int64_t)b->nspans, m = n / 2 < j->kept ? n / 2 : j->kept;
+        if (s->sink != NULL && s->share_rows && n >= s->share_rows && n <= s->row_cap)
+            share_rows(s, m, m < j->kept ? (size_t)s->rows[m].at : j->len + (j->kept ? 1 : 0));
+        for (size_t i = 0; i < b->nspans; i++)
+            if (!stream_keep(s, b->spans[i].ptr, b->spans[i].len, first + b->spans[i].index, b->spans[i].kind))
+                goto done;
+        s->close = (int64_t)j->len;
+        if (!put(j, (const uint8_t *)"]", 1) || !put(j, b->tail, (size_t)(b->c.end - b->tail)))
+            fail(c, KF_ERR_OUTPUT, b->tail);
+        goto done;
+    }
+    /* The members after the array are read once the whole text is there. */
+    while (c->partial) {
+        fail(c, KF_ERR_TRUNCATED, c->end);
+        if (!want_more(s, c)) goto done;
+    }
+    s->close = (int64_t)j->len;
+    finish_root(j, p + 1);
+done:
+    if (j->other_running) {
+        /* An error before the second job's share: it is not needed. */
+        abort_other(j);
+        join_other(j);
+    }
+    pthread_mutex_lock(&s->mu);
+    s->stopped = 1;
+    pthread_cond_broadcast(&s->cv);  /* (a producer waiting for an answer) */
+    pthread_mutex_unlock(&s->mu);
+    extract_all(s);
+    s->res->events = j->events;
+    s->res->kept = j->kept;
+    s->res->out_len = (int64_t)j->len;
+    if (c->err) s->res->error_offset = (int64_t)(c->err_at - in);
+    s->code = c->err;
+    return NULL;
+}
+
+/* Where the producer proposes to start, as a fraction of the unfiltered rest: the two
+ * filter at about the same speed (the filter's copy of the producer's kept events is
+ * cheap, and measured to be made up for by the producer's start-up). */
+#define KF_HELP_AT 0.5
+
+/* The producer's thread, once the whole text is written: filter the second part of the
+ * unfiltered rest as a second job, if the filter takes the offer (see answer_split()). */
+static void stream_help(kf_stream *s) {
+    size_t from = __atomic_load_n(&s->progress, __ATOMIC_RELAXED);
+    if (!s->help_bytes || s->cap - from < s->help_bytes) return;
+    const uint8_t *end = s->buf + s->cap;
+    const uint8_t *split = guess_element(s->buf + from + (size_t)((double)(s->cap - from) * KF_HELP_AT), end);
+    if (split == NULL) return;
+    kf_job *b = &s->second;
+    b->c = s->rules;
+    b->c.begin = s->buf;
+    b->c.end = end;
+    b->second = 1;
+    b->start = split;
+    b->abort = &s->abort_second;
+    pthread_mutex_lock(&s->mu);
+    __atomic_store_n(&s->proposed, (size_t)(split - s->buf), __ATOMIC_RELEASE);
+    while (s->answer == KF_NO_ANSWER && !s->stopped)
+        pthread_cond_wait(&s->cv, &s->mu);
+    int accepted = s->answer == KF_ACCEPTED;
+    pthread_mutex_unlock(&s->mu);
+    if (!accepted) return;
+    filter_events(b, split, 0);
+    pthread_mutex_lock(&s->mu);
+    s->second_done = 1;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+#endif
+
+/* Start filtering a text that arrives in buf[0:cap] (see the section comment): the other
+ * arguments are kf_filter's (the output is buf itself), and, when `cols` is not NULL, the
+ * column extractor's (see kc_sink_open; its result goes to *columns).  `step` > 0 makes
+ * the filter see at most that many more bytes at a time (for tests: every cut is tried).
+ * Returns the stream, or NULL when it cannot start (malformed rules, no memory or thread):
+ * the caller then filters the whole text.  Every stream must be closed and finished. */
+KF_API void *kf_stream_start(uint8_t *buf, size_t cap, const uint8_t *cats, size_t cats_len, const uint8_t *by_name,
+                             size_t by_name_len, const uint8_t *prefixes, size_t prefixes_len, int64_t chunk_events,
+                             int64_t *chunk_kept, size_t chunk_slots, size_t step, size_t help_bytes,
+                             int64_t share_rows, kf_result *res,
+                             const uint8_t *col_cats, size_t col_cats_len, int64_t *cols, int64_t capacity,
+                             int64_t field_stride, int64_t row_stride, int32_t *offsets, uint8_t *blob,
+                             size_t blob_cap, void *columns) {
+#ifdef KF_THREADS
+    memset(res, 0, sizeof *res);
+    res->error_offset = -1;
+    kf_stream *s = calloc(1, sizeof *s);
+    if (s == NULL) return NULL;
+    kf_job *j = &s->job;
+    j->stream = s;
+    if (!load_rules(&j->c, cats, cats_len, by_name, by_name_len, prefixes, prefixes_len) || chunk_events < 1) {
+        free(s);
+        return NULL;
+    }
+    memset(chunk_kept, 0, chunk_slots * (size_t)(j->c.ncats + 1) * sizeof *chunk_kept);
+    j->chunk_events = chunk_events;
+    j->chunk_kept = chunk_kept;
+    j->chunk_slots = chunk_slots;
+    j->out = buf;
+    j->cap = j->full_cap = cap;
+    s->buf = buf;
+    s->cap = cap;
+    s->step = step;
+    s->help_bytes = help_bytes;
+    s->share_rows = share_rows;
+    s->rules = j->c;
+    s->res = res;
+    s->open = s->close = -1;
+    s->sink_code = -1;
+    if (cols != NULL) {
+        s->sink = kc_sink_open(col_cats, col_cats_len, cols, capacity, field_stride, row_stride, offsets, blob,
+                               blob_cap, columns);
+        /* (pages of it are only made resident as rows are noted) */
+        if (s->sink != NULL && (size_t)capacity <= SIZE_MAX / sizeof *s->rows)
+            s->rows = malloc((size_t)capacity * sizeof *s->rows);
+        if (s->rows != NULL) {
+            s->row_cap = capacity;
+        } else if (s->sink != NULL) {
+            kc_sink_close(s->sink, -1, -1);
+            s->sink = NULL;
+        }
+        if (s->sink == NULL) s->sink_code = -2;
+    }
+    if (pthread_mutex_init(&s->mu, NULL) != 0) goto no_mutex;
+    if (pthread_cond_init(&s->cv, NULL) != 0) goto no_cond;
+    if (pthread_create(&s->thread, NULL, stream_main, s) != 0) goto no_thread;
+    return s;
+no_thread:
+    pthread_cond_destroy(&s->cv);
+no_cond:
+    pthread_mutex_destroy(&s->mu);
+no_mutex:
+    if (s->sink != NULL) kc_sink_close(s->sink, -1, -1);
+    free(s->rows);
+    free(s);
+    return NULL;
+#else
+    (void)buf; (void)cap; (void)cats; (void)cats_len; (void)by_name; (void)by_name_len; (void)prefixes;
+    (void)prefixes_len; (void)chunk_events; (void)chunk_kept; (void)chunk_slots; (void)step; (void)help_bytes; (void)share_rows; (void)res;
+    (void)col_cats; (void)col_cats_len; (void)cols; (void)capacity; (void)field_stride; (void)row_stride;
+    (void)offsets; (void)blob; (void)blob_cap; (void)columns;
+    return NULL;
+#endif
+}
+
+/* Append src[0:n] to the stream's text.  Returns 0, 1 when the filter has already finished
+ * (an error: the rest is not needed), or 2 when the text would not fit in the buffer (the
+ * caller must then close the stream as failed). */
+KF_API int kf_stream_write(void *stream, const uint8_t *src, size_t n) {
+#ifdef KF_THREADS
+    kf_stream *s = stream;
+    pthread_mutex_lock(&s->mu);
+    int stopped = s->stopped;
+    size_t at = s->avail;  /* (only this thread changes it) */
+    pthread_mutex_unlock(&s->mu);
+    if (stopped) return 1;
+    if (n > s->cap - at) return 2;
+    /* Beyond what is published: the filter neither reads nor writes there. */
+    memcpy(s->buf + at, src, n);
+    pthread_mutex_lock(&s->mu);
+    s->avail = at + n;
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    return 0;
+#else
+    (void)stream; (void)src; (void)n;
+    return 2;
+#endif
+}
+
+/* No more text: `complete` is 1 when the published text is the whole of it, 0 when the
+ * producer gave up (the filter then stops with KF_ERR_INPUT, unless it already failed). */
+KF_API void kf_stream_close(void *stream, int complete) {
+#ifdef KF_THREADS
+    kf_stream *s = stream;
+    pthread_mutex_lock(&s->mu);
+    if (s->state == KF_OPEN) s->state = complete ? KF_DONE : KF_FAILED;
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+#else
+    (void)stream; (void)complete;
+#endif
+}
+
+/* Wait for the filter (the stream must be closed), free the stream and return the
+ * filter's status (kf_filter's codes); *sink_code receives the extractor's (kc_extract's
+ * codes; -1 when it was not asked for, -2 when it could not start). */
+KF_API int kf_stream_finish(void *stream, int *sink_code) {
+#ifdef KF_THREADS
+    kf_stream *s = stream;
+    pthread_mutex_lock(&s->mu);
+    int help = s->state == KF_DONE;
+    pthread_mutex_unlock(&s->mu);
+    if (help) stream_help(s);
+    extract_share(s);
+    pthread_join(s->thread, NULL);
+    int code = s->code;
+    *sink_code = s->sink_code;
+    pthread_cond_destroy(&s->cv);
+    pthread_mutex_destroy(&s->mu);
+    free(s->second.spans);
+    free(s->rows);
+    free(s);
+    return code;
+#else
+    (void)stream;
+    *sink_code = -1;
+    return KF_ERR_ARGS;
+#endif
 }

@@ -17,6 +17,10 @@ ordinary Kineto traces this module does it in two other steps:
    :func:`~perfscope.store.kineto._sync_table` and
    :func:`~perfscope.store.kineto._collectives_from_kernels`.
 
+When the filter runs while a gzip trace is still being inflated (a
+:class:`perfscope.store.kineto_filter.Stream`), step 1 happens there instead, on both of
+its threads (:class:`Sink`), and this module only wraps the buffers.
+
 The tables are those of the msgspec route, value for value and row for row (rows that the
 chunked route joins per chunk from two categories, such as host then GPU markers, are
 ordered by the same chunks).  Whatever the extractor cannot read exactly as the decoders
@@ -122,7 +126,8 @@ class Rows:
 
     Attributes:
         text: the filtered text (the rare events are decoded again from their spans).
-        cols: int64 matrix, one row per name of :data:`FIELDS`.
+        cols: int64 matrix, one row per name of :data:`FIELDS` (a view, strided when a
+            :class:`Sink` holds it).
         names: every event's name, an Arrow string array over the extractor's buffer.
     """
 
@@ -197,13 +202,74 @@ def extract(text: memoryview | bytes, count: int, cats: Sequence[str] = CATS) ->
     return Extracted(Rows(text, cols, names), (res.open, res.close), res.odd_rows, res.first_odd, odd, None)
 
 
+#: Rows a :class:`Sink` makes room for: one per this many bytes of text.  The events some
+#: table keeps take ~300 bytes in Kineto's pretty-printed JSON (~150 written compactly);
+#: a text with more kept events than that is extracted again once filtered.
+SINK_BYTES_PER_ROW = 64
+
+
+class Sink:
+    """The buffers a :class:`perfscope.store.kineto_filter.Stream` has the extractor fill
+    (``kc_sink_*``): a row of :data:`FIELDS` per kept event, the rows of :func:`extract`
+    on the filtered text, read by the stream's two threads from the kept events it noted
+    (instead of one thread's pass over the filtered text).
+
+    How many events will be kept is not known in advance: there is room for one per
+    :data:`SINK_BYTES_PER_ROW` bytes of text, in memory maps of which only the pages
+    written become resident; the rows lie one after another (so those pages are the
+    first ones) and :meth:`extracted` gives the columns as strided views.  When the rows
+    or the names run out, the stream's ``code`` says so and :func:`decode` extracts the
+    filtered text as usual.
+
+    Args:
+        size: the length of the text to be filtered.
+
+    Attributes:
+        code: set by the stream when it has finished: ``kc_extract``'s status (0: every
+            kept event has its row), -1/-2 when the extractor was not run.
+    """
+
+    def __init__(self, size: int) -> None:
+        self.capacity = size // SINK_BYTES_PER_ROW + 16
+        width = len(FIELDS)
+        self._cols_map = kineto_filter.anonymous_map(self.capacity * width * 8)
+        self._cols = np.frombuffer(self._cols_map, dtype=np.int64, count=self.capacity * width).reshape(self.capacity, width)
+        self._offsets = np.empty(self.capacity + 1, dtype=np.int32)
+        # Names are unescaped from the text, so never longer than it.
+        self._blob_map = kineto_filter.anonymous_map(size)
+        self._blob = np.frombuffer(self._blob_map, dtype=np.uint8)
+        self._res = _Result()
+        self.code: int | None = None
+
+    def c_args(self) -> tuple[Any, ...]:
+        """``kc_sink_open``'s arguments (see ``kf_stream_start``)."""
+        return (_CATS_ARG, len(_CATS_ARG), self._cols.ctypes.data, self.capacity, 1, len(FIELDS),
+                self._offsets.ctypes.data, self._blob.ctypes.data, len(self._blob), ctypes.byref(self._res))
+
+    def extracted(self, text: memoryview | bytes, count: int) -> Extracted | None:
+        """:func:`extract`'s result on the filtered ``text`` of ``count`` events, from the
+        rows the stream filled; None when they are not all there (the stream had no room
+        for them, or stopped on an error)."""
+        res = self._res
+        if self.code != 0 or res.rows != count:
+            return None
+        odd = [why for bit, why in ODD.items() if res.odd_bits & bit]
+        offsets = self._offsets[:count + 1]
+        used = int(offsets[count])
+        names = pa.Array.from_buffers(pa.string(), count, [None, pa.py_buffer(offsets), pa.py_buffer(self._blob[:used])])
+        rows = Rows(text, self._cols[:count].T, names)
+        return Extracted(rows, (res.open, res.close), res.odd_rows, res.first_odd, odd, None)
+
+
 def decode(kept: kineto_filter.Filtered) -> _Trace | None:
     """The filtered trace with its events as :class:`Rows` (``traceEvents``), every other
     member decoded by the importer's decoder, or None when the native route cannot give
     the msgspec route's tables: the caller then decodes the text the usual way."""
     if kept.text is None:
         return None
-    ext = extract(kept.text, kept.kept)
+    ext = kept.columns.extracted(kept.text, kept.kept) if isinstance(kept.columns, Sink) else None
+    if ext is None:
+        ext = extract(kept.text, kept.kept)
     if ext.rows is None or ext.odd_rows:
         outcomes["refused: " + (ext.error or ", ".join(ext.odd))] += 1
         return None
@@ -412,7 +478,7 @@ class RankBuilder:
     def finish(self) -> RankTables:
         """The rank's tables (see :func:`perfscope.store.kineto.build_rank_tables`)."""
         rows, base = self.rows, self.base_ns
-        cat = rows.col("cat")
+        cat = np.ascontiguousarray(rows.col("cat"))  # (a Sink's columns are strided; this one is read often)
         at = {name: np.flatnonzero(cat == code) for name, code in _CODE.items() if not name.startswith("perfscope_")}
         tables: list[tuple[int, int, str, dict[str, Any]]] = []
 
@@ -556,5 +622,5 @@ class RankBuilder:
         return _rank_tables(out, warnings)
 
 
-__all__ = ["CATS", "ENABLED", "ERRORS", "FIELDS", "ODD", "Extracted", "RankBuilder", "Rows", "available", "decode",
-           "extract", "outcomes"]
+__all__ = ["CATS", "ENABLED", "ERRORS", "FIELDS", "ODD", "SINK_BYTES_PER_ROW", "Extracted", "RankBuilder", "Rows",
+           "Sink", "available", "decode", "extract", "outcomes"]

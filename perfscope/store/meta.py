@@ -133,17 +133,22 @@ def create_run(
     return meta
 
 
+def perfscope_entries(root: Path) -> list[Path]:
+    """Return the files and folders of a run in ``root`` (``run.json``, ``ranks``, one folder
+    per table) that exist: what replacing a run removes, and nothing else of the folder."""
+    from perfscope.store.schema import TABLES
+
+    return [p for p in (root / name for name in [RUN_JSON, RANKS_DIR, *TABLES]) if p.exists() or p.is_symlink()]
+
+
 def _clear_run(root: Path) -> None:
     """Remove what a previous run left in ``root`` (only perfscope's own files and folders)."""
     import shutil
 
-    from perfscope.store.schema import TABLES
-
-    for name in [RUN_JSON, RANKS_DIR, *TABLES]:
-        p = root / name
-        if p.is_dir():
+    for p in perfscope_entries(root):
+        if p.is_dir() and not p.is_symlink():
             shutil.rmtree(p)
-        elif p.exists():
+        else:
             p.unlink()
 
 

@@ -152,6 +152,54 @@ def test_failed_background_write_leaves_the_existing_run_untouched(tmp_path: Pat
     assert [p.name for p in tmp_path.iterdir()] == ["run"]
 
 
+def test_failed_replacement_puts_the_old_run_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    out = tmp_path / "run"
+    import_kineto(FIXTURE_TRACES[2], out)
+    before = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    real, moved = os.replace, []
+
+    def flaky(src: object, dst: object) -> None:
+        # The second of the new run's entries cannot be moved in.
+        if ".importing-" in str(src) and Path(str(dst)).parent == out:
+            moved.append(dst)
+            if len(moved) == 2:
+                raise OSError(errno.EIO, "Input/output error")
+        real(src, dst)
+
+    monkeypatch.setattr(os, "replace", flaky)
+    with pytest.raises(PerfscopeError, match="cannot write the run"):
+        import_and_analyze(FIXTURE_TRACES[0], out, force=True)
+    monkeypatch.undo()
+    assert {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+    assert [p.name for p in tmp_path.iterdir()] == ["run"]  # no staging or backup folder left
+
+
+def test_two_background_imports_to_one_output_do_not_mix(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    results, failed = [], 0
+    for trace in (FIXTURE_TRACES[0], FIXTURE_TRACES[2]):
+        try:
+            results.append((trace, import_kineto(trace, out, background=True)))
+        except RunExistsError:  # the first was in place already when the second started
+            failed += 1
+    won = []
+    for trace, r in results:
+        try:
+            r.wait()
+            won.append((trace, r))
+        except RunExistsError:  # the other one moved into place first
+            failed += 1
+    assert len(won) == 1 and failed == 1
+    # The run on disk is the winner's, whole: tables, rank metadata and run.json.
+    (trace, r), run = won[0], open_run(out)
+    assert run.row_counts()["kernels"] == r.rows[r.ranks[0]]["kernels"]
+    assert run.meta["notes"][0].endswith(trace.name)
+    assert run.rank_meta(r.ranks[0])["source_file"].endswith(trace.name)
+    assert [p.name for p in tmp_path.iterdir()] == ["run"]
+
+
 def test_existing_run_needs_force(tmp_path: Path) -> None:
     import_and_analyze(FIXTURE_TRACES[2], tmp_path / "run")
     with pytest.raises(RunExistsError):
@@ -182,6 +230,28 @@ def test_a_trace_that_does_not_import_writes_nothing(tmp_path: Path) -> None:
     with pytest.raises(PerfscopeError):
         import_and_analyze(bad, tmp_path / "run")
     assert [p.name for p in tmp_path.iterdir()] == ["bad.json"]
+
+
+def test_a_bad_step_pattern_is_refused_before_the_import(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="step-pattern"):
+        import_and_analyze(FIXTURE_TRACES[2], tmp_path / "run", AnalysisConfig(step_pattern="("))
+    assert not (tmp_path / "run").exists()  # nothing imported: the fixed command needs no --force
+
+
+def test_zero_length_steps_hold_no_kernel(tmp_path: Path) -> None:
+    # The only step window has no length: the launch statistics count nothing in it (this
+    # indexed an empty window array before).
+    events = [
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 2, "ts": 100, "dur": 0},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 2, "ts": 5, "dur": 1,
+         "args": {"correlation": 1}},
+        {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 10, "dur": 5,
+         "args": {"device": 0, "stream": 7, "correlation": 1}},
+    ]
+    trace = tmp_path / "t.json"
+    trace.write_text(json.dumps({"schemaVersion": 1, "traceEvents": events}))
+    _, a = import_and_analyze(trace, tmp_path / "run")
+    assert a.launch["kernels"].tolist() == [0]
 
 
 # -- the CLI -------------------------------------------------------------------------------
