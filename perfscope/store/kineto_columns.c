@@ -28,6 +28,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "kineto_json.h"
 #ifdef __SSE2__
 #include <emmintrin.h>
 #endif
@@ -101,8 +103,6 @@ typedef struct {
     size_t blob_len, blob_cap;
     int full;              /* the blob had no room for a name */
 } kc_ctx;
-
-static const uint8_t WS[256] = {[' '] = 1, ['\t'] = 1, ['\n'] = 1, ['\r'] = 1};
 
 static inline const uint8_t *skip_ws(const uint8_t *p, const uint8_t *end) {
     if (p < end && *p > ' ') return p;  /* the usual cases: no white space, or one space */
@@ -290,20 +290,6 @@ static const uint8_t *read_us(const uint8_t *p, const uint8_t *end, int64_t *out
     return p;
 }
 
-static int hex4(const uint8_t *p, const uint8_t *end, unsigned *out) {
-    if (end - p < 4) return 0;
-    unsigned v = 0;
-    for (int i = 0; i < 4; i++) {
-        unsigned d = p[i];
-        if (d >= '0' && d <= '9') d -= '0';
-        else if (d >= 'a' && d <= 'f') d -= 'a' - 10;
-        else if (d >= 'A' && d <= 'F') d -= 'A' - 10;
-        else return 0;
-        v = v << 4 | d;
-    }
-    *out = v;
-    return 1;
-}
 
 /* Append the JSON string body s[0:n] to the blob, unescaped (escapes only shrink text,
  * so a blob as long as the text always holds every name).  Returns 1, or 0 when it holds
@@ -407,6 +393,22 @@ static const uint8_t *read_triple(kc_ctx *c, const uint8_t *p, int64_t i, int f,
     return p + 1;
 }
 
+/* The member at p (its key's opening quote): the key's text in *key / *n (as written:
+ * *escaped says whether it holds a backslash); returns the start of the member's value
+ * (NULL on a text that ends or is not JSON). */
+static const uint8_t *member_key(const uint8_t *p, const uint8_t *end, const uint8_t **key, size_t *n, int *escaped) {
+    if (p >= end || *p != '"') return NULL;
+    *key = p + 1;
+    *escaped = 0;
+    p = string_end(*key, end, escaped);
+    if (p >= end) return NULL;
+    *n = (size_t)(p - *key);
+    p = skip_ws(p + 1, end);
+    if (p >= end || *p != ':') return NULL;
+    p = skip_ws(p + 1, end);
+    return p < end ? p : NULL;
+}
+
 /* The args object of row i at p ('{'); returns the byte after it (NULL on a text that
  * ends or is not JSON). */
 static const uint8_t *read_args(kc_ctx *c, const uint8_t *p, int64_t i, int64_t *present, int64_t *odd) {
@@ -414,16 +416,10 @@ static const uint8_t *read_args(kc_ctx *c, const uint8_t *p, int64_t i, int64_t 
     p = skip_ws(p + 1, end);
     if (p < end && *p == '}') return p + 1;
     for (;;) {
-        if (p >= end || *p != '"') return NULL;
-        const uint8_t *key = p + 1;
-        int escaped = 0;
-        p = string_end(key, end, &escaped);
-        if (p >= end) return NULL;
-        size_t n = (size_t)(p - key);
-        p = skip_ws(p + 1, end);
-        if (p >= end || *p != ':') return NULL;
-        p = skip_ws(p + 1, end);
-        if (p >= end) return NULL;
+        const uint8_t *key;
+        size_t n;
+        int escaped;
+        if (!(p = member_key(p, end, &key, &n, &escaped))) return NULL;
         int field = -1;
         if (escaped) *odd |= KC_ODD_ARG_KEY;  /* it may spell one of the keys below */
         else switch (n) {
@@ -496,16 +492,10 @@ static const uint8_t *read_event(kc_ctx *c, const uint8_t *p, int64_t i) {
         goto done;
     }
     for (;;) {
-        if (p >= end || *p != '"') return NULL;
-        const uint8_t *key = p + 1;
-        int escaped = 0;
-        p = string_end(key, end, &escaped);
-        if (p >= end) return NULL;
-        size_t n = (size_t)(p - key);
-        p = skip_ws(p + 1, end);
-        if (p >= end || *p != ':') return NULL;
-        p = skip_ws(p + 1, end);
-        if (p >= end) return NULL;
+        const uint8_t *key;
+        size_t n;
+        int escaped;
+        if (!(p = member_key(p, end, &key, &n, &escaped))) return NULL;
         int bit = 0;
         if (escaped) odd |= KC_ODD_KEY;
         else if (n == 2 && key[0] == 'p' && key[1] == 'h') bit = SEEN_PH;

@@ -28,6 +28,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "kineto_json.h"
 #ifdef __SSE2__
 #include <emmintrin.h>
 #endif
@@ -97,9 +99,6 @@ typedef struct {
     int nprefixes;
 } kf_ctx;
 
-/* 1 for JSON whitespace. */
-static const uint8_t WS[256] = {[' '] = 1, ['\t'] = 1, ['\n'] = 1, ['\r'] = 1};
-
 /* 1 for bytes that need no attention inside a string: printable ASCII but '"' and '\\'. */
 static const uint8_t PLAIN[256] = {
     [0x20 ... 0x21] = 1, [0x23 ... 0x5B] = 1, [0x5D ... 0x7F] = 1,  /* skips 0x22 '"' and 0x5C '\\' */
@@ -125,19 +124,6 @@ static inline const uint8_t *skip_ws(const uint8_t *p, const uint8_t *end) {
     return p;
 }
 
-static int hex4(const uint8_t *p, unsigned *out) {
-    unsigned v = 0;
-    for (int i = 0; i < 4; i++) {
-        unsigned d = p[i];
-        if (d >= '0' && d <= '9') d -= '0';
-        else if (d >= 'a' && d <= 'f') d -= 'a' - 10;
-        else if (d >= 'A' && d <= 'F') d -= 'A' - 10;
-        else return 0;
-        v = v << 4 | d;
-    }
-    *out = v;
-    return 1;
-}
 
 /* Length of the valid UTF-8 sequence of 2-4 bytes at p (RFC 3629: no overlong forms, no
  * surrogates, nothing above U+10FFFF), or 0. */
@@ -199,14 +185,14 @@ static const uint8_t *scan_string(kf_ctx *c, const uint8_t *p, int *escaped) {
             case 'u': {
                 unsigned u, u2;
                 if (end - p < 6) return fail(c, KF_ERR_TRUNCATED, p);
-                if (!hex4(p + 2, &u)) return fail(c, KF_ERR_SYNTAX, p);
+                if (!hex4(p + 2, end, &u)) return fail(c, KF_ERR_SYNTAX, p);
                 if (u >= 0xDC00 && u <= 0xDFFF) return fail(c, KF_ERR_UTF8, p);
                 if (u >= 0xD800 && u <= 0xDBFF) {
                     /* a high surrogate must be followed by the escape of a low one */
                     const uint8_t *q = p + 6;
                     if ((q < end && q[0] != '\\') || (end - q > 1 && q[1] != 'u')) return fail(c, KF_ERR_UTF8, p);
                     if (end - q < 6) return fail(c, KF_ERR_TRUNCATED, p);
-                    if (!hex4(q + 2, &u2)) return fail(c, KF_ERR_SYNTAX, q);
+                    if (!hex4(q + 2, end, &u2)) return fail(c, KF_ERR_SYNTAX, q);
                     if (u2 < 0xDC00 || u2 > 0xDFFF) return fail(c, KF_ERR_UTF8, p);
                     p += 12;
                 } else {

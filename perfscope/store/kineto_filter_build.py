@@ -19,6 +19,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 SOURCES = (HERE / "kineto_filter.c", HERE / "kineto_columns.c")
+HEADERS = (HERE / "kineto_json.h",)  # included by both sources
 MODULE = "perfscope.store._kineto_filter"
 CFLAGS = ["-O2", "-std=gnu11", "-fvisibility=hidden", "-Wall"]
 
@@ -34,6 +35,7 @@ def extensions() -> list:
     return [Extension(
         MODULE,
         sources=[str(source.relative_to(root)) for source in SOURCES],
+        depends=[str(header.relative_to(root)) for header in HEADERS],
         extra_compile_args=[*CFLAGS, "-pthread"],
         extra_link_args=["-pthread"],
         # Not a Python module: nothing to export but kf_filter, kc_extract and kc_layout.

@@ -421,6 +421,14 @@ class _Selection:
         """The rows' names (a new string array)."""
         return self.rows.names.take(from_numpy(self.idx))
 
+    def on_device(self) -> dict[str, Any]:
+        """The columns every GPU activity table starts with: ``start_ns``, ``dur_ns`` (int64
+        ns), ``device`` (args.device, else an int pid), ``stream`` (args.stream, else an int
+        tid) and ``correlation``."""
+        start, dur = self.times()
+        return {"start_ns": start, "dur_ns": dur, "device": self.ints("device", pa.int32(), fallback="pid"),
+                "stream": self.ints("stream", fallback="tid"), "correlation": self.ints("correlation")}
+
 
 class RankBuilder:
     """Builds one rank's tables from :class:`Rows` (``finish()``, as
@@ -504,16 +512,12 @@ class RankBuilder:
         nccl = kernels[:0]
         if len(kernels):
             s = _Selection(rows, kernels, base)
-            start, dur = s.times()
             names = s.names()
             flags, index = _per_name(names, _is_nccl)
             if any(flags):
                 nccl = kernels[np.asarray(flags, dtype=bool)[index]]
             add("kernels", kernels, {
-                "start_ns": start, "dur_ns": dur,
-                "device": s.ints("device", pa.int32(), fallback="pid"),
-                "stream": s.ints("stream", fallback="tid"),
-                "correlation": s.ints("correlation"),
+                **s.on_device(),
                 "name": names,
                 "grid_x": s.ints("grid_x", pa.int32()), "grid_y": s.ints("grid_y", pa.int32(), present="grid_x"),
                 "grid_z": s.ints("grid_z", pa.int32(), present="grid_x"),
@@ -529,13 +533,9 @@ class RankBuilder:
         memcpy = at["gpu_memcpy"]
         if len(memcpy):
             s = _Selection(rows, memcpy, base)
-            start, dur = s.times()
             parsed, index = _per_name(s.names(), parse_memcpy_name)
             add("memcpy", memcpy, {
-                "start_ns": start, "dur_ns": dur,
-                "device": s.ints("device", pa.int32(), fallback="pid"),
-                "stream": s.ints("stream", fallback="tid"),
-                "correlation": s.ints("correlation"),
+                **s.on_device(),
                 "copy_kind": _labels([p[0] for p in parsed], index),
                 "bytes": s.ints("bytes"),
                 "src_kind": _labels([p[1] for p in parsed], index),
@@ -545,13 +545,9 @@ class RankBuilder:
         memset = at["gpu_memset"]
         if len(memset):
             s = _Selection(rows, memset, base)
-            start, dur = s.times()
             kinds, index = _per_name(s.names(), parse_memset_kind)
             add("memset", memset, {
-                "start_ns": start, "dur_ns": dur,
-                "device": s.ints("device", pa.int32(), fallback="pid"),
-                "stream": s.ints("stream", fallback="tid"),
-                "correlation": s.ints("correlation"),
+                **s.on_device(),
                 "bytes": s.ints("bytes"),
                 "value": pa.nulls(len(memset), pa.int64()),
                 "mem_kind": _labels(kinds, index),

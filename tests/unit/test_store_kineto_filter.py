@@ -15,6 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from perfscope.errors import InputError
+from kineto_checks import KINETO_FIXTURES, SHARED_NAMES, assert_identical_runs
 from perfscope.store import kineto, kineto_filter
 from perfscope.store.kineto import _FILTER_RULES, import_kineto
 
@@ -37,11 +38,6 @@ if _NOT_BUILT is not None:  # pragma: no cover - the build is part of the instal
     pytest.skip(_NOT_BUILT, allow_module_level=True)
 
 FIXTURES = Path(__file__).resolve().parents[1] / "data" / "kineto"
-SHARED_NAMES = [
-    "critical_path_alexnet_bench", "nccl_parser_config_nccl_data", "ns_resolution_trace_rank-0",
-    "trace_compare_base_base", "trace_compare_test_test", "trace_filter_sampled_rank-0",
-    "trace_filter_sampled_rank-1",
-]
 
 
 def run(text: bytes | str, **kw: Any) -> kineto_filter.Filtered:
@@ -416,24 +412,6 @@ def import_both(files: list[Path], tmp_path: Path, monkeypatch: pytest.MonkeyPat
     return a, b, ra, rb
 
 
-def assert_identical_runs(a: Path, b: Path, ra: Any, rb: Any) -> None:
-    """Same rows, warnings, rank metadata and every Parquet table (columns, values, order)."""
-    assert ra.rows == rb.rows and ra.warnings == rb.warnings
-    parts = sorted(p.relative_to(a) for p in a.rglob("*.parquet"))
-    assert parts == sorted(p.relative_to(b) for p in b.rglob("*.parquet"))
-    assert parts or not any(any(r.values()) for r in ra.rows.values())
-    for part in parts:
-        ta, tb = pq.read_table(a / part), pq.read_table(b / part)
-        assert ta.schema == tb.schema, part
-        assert ta.equals(tb), f"{part} differs"
-    for meta in sorted(p.relative_to(a) for p in (a / "ranks").glob("*.json")):
-        assert json.loads((a / meta).read_text()) == json.loads((b / meta).read_text()), meta
-    run_a, run_b = json.loads((a / "run.json").read_text()), json.loads((b / "run.json").read_text())
-    for doc in (run_a, run_b):
-        del doc["run_id"], doc["created_ns"]
-    assert run_a == run_b
-
-
 @pytest.mark.parametrize("name", SHARED_NAMES)
 def test_shared_traces_import_the_same_with_and_without_the_filter(
         shared_kineto: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str) -> None:
@@ -443,8 +421,6 @@ def test_shared_traces_import_the_same_with_and_without_the_filter(
     assert_identical_runs(*import_both([path], tmp_path, monkeypatch))
 
 
-#: Every Kineto trace under tests/data (the fixtures and the analyzer scenarios).
-KINETO_FIXTURES = sorted(p for p in (FIXTURES.parent).rglob("*.json*") if p.parent.name == "kineto")
 
 
 def test_the_fixtures_are_found() -> None:

@@ -17,6 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kineto_checks import KINETO_FIXTURES, SHARED_NAMES, assert_identical_runs
 from perfscope.store import kineto, kineto_filter, kineto_native
 from perfscope.store.kineto import _FILTER_RULES, import_kineto
 
@@ -40,13 +41,6 @@ if _NOT_BUILT is not None:  # pragma: no cover - the build is part of the instal
     pytest.skip(_NOT_BUILT, allow_module_level=True)
 
 DATA = Path(__file__).resolve().parents[1] / "data"
-#: Every Kineto trace under tests/data (the fixtures and the analyzer scenarios).
-KINETO_FIXTURES = sorted(p for p in DATA.rglob("*.json*") if p.parent.name == "kineto")
-SHARED_NAMES = [
-    "critical_path_alexnet_bench", "nccl_parser_config_nccl_data", "ns_resolution_trace_rank-0",
-    "trace_compare_base_base", "trace_compare_test_test", "trace_filter_sampled_rank-0",
-    "trace_filter_sampled_rank-1",
-]
 
 
 # -- helpers -----------------------------------------------------------------------------
@@ -106,26 +100,6 @@ def import_both(files: list[Path], tmp_path: Path, monkeypatch: pytest.MonkeyPat
     return a, b, ra, rb
 
 
-def assert_identical_runs(a: Path, b: Path, ra: Any, rb: Any) -> None:
-    """Same rows, warnings, rank metadata and every Parquet table (columns, types, values,
-    order)."""
-    assert ra.rows == rb.rows and ra.warnings == rb.warnings
-    assert [list(r) for r in ra.rows.values()] == [list(r) for r in rb.rows.values()]  # table order too
-    parts = sorted(p.relative_to(a) for p in a.rglob("*.parquet"))
-    assert parts == sorted(p.relative_to(b) for p in b.rglob("*.parquet"))
-    for part in parts:
-        ta, tb = pq.read_table(a / part), pq.read_table(b / part)
-        assert ta.schema == tb.schema, part
-        for name in ta.column_names:
-            assert ta.column(name).equals(tb.column(name)), f"{part}: {name} differs"
-    for meta in sorted(p.relative_to(a) for p in (a / "ranks").glob("*.json")):
-        assert json.loads((a / meta).read_text()) == json.loads((b / meta).read_text()), meta
-    run_a, run_b = json.loads((a / "run.json").read_text()), json.loads((b / "run.json").read_text())
-    for doc in (run_a, run_b):
-        del doc["run_id"], doc["created_ns"]
-    assert run_a == run_b
-
-
 def write(tmp_path: Path, events: list[dict[str, Any]] | list[str], head: str = '"schemaVersion": 1') -> Path:
     path = tmp_path / "t.json"
     path.write_text(trace_text(events, head))
@@ -139,7 +113,7 @@ def test_shared_traces_import_the_same_natively(shared_kineto: Path, tmp_path: P
     path = shared_kineto / f"{name}.json.gz"
     if not path.is_file():
         pytest.skip(f"{path.name} not present")
-    assert_identical_runs(*import_both([path], tmp_path, monkeypatch))
+    assert_identical_runs(*import_both([path], tmp_path, monkeypatch), table_order=True)
 
 
 def test_the_fixtures_are_found() -> None:
@@ -148,7 +122,7 @@ def test_the_fixtures_are_found() -> None:
 
 @pytest.mark.parametrize("path", KINETO_FIXTURES, ids=lambda p: f"{p.parent.parent.name}/{p.name}")
 def test_fixtures_import_the_same_natively(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, path: Path) -> None:
-    assert_identical_runs(*import_both([path], tmp_path, monkeypatch))
+    assert_identical_runs(*import_both([path], tmp_path, monkeypatch), table_order=True)
 
 
 @pytest.mark.parametrize("chunk", [3, 7, 16384])
@@ -160,13 +134,13 @@ def test_shared_trace_in_small_chunks(shared_kineto: Path, tmp_path: Path, monke
     if not path.is_file():
         pytest.skip(f"{path.name} not present")
     monkeypatch.setattr(kineto, "CHUNK_EVENTS", chunk)
-    assert_identical_runs(*import_both([path], tmp_path, monkeypatch))
+    assert_identical_runs(*import_both([path], tmp_path, monkeypatch), table_order=True)
 
 
 def test_multi_rank_fixtures_import_the_same(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     files = sorted((DATA / "scenarios" / "kineto").glob("straggler_rank*.json.gz"))
     assert len(files) >= 2
-    assert_identical_runs(*import_both(files, tmp_path, monkeypatch))
+    assert_identical_runs(*import_both(files, tmp_path, monkeypatch), table_order=True)
 
 
 # -- synthetic traces: every table, odd shapes, chunk boundaries ---------------------------
@@ -236,16 +210,16 @@ def test_every_table_is_the_same(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     head = '"schemaVersion": 1' + (', "baseTimeNanoseconds": 1000000' if ts0 < 2**43 else "")
     path = write(tmp_path, rich_events(ts0, without_memset_args=ts0 >= 2**43), head)
     a, b, ra, rb = import_both([path], tmp_path, monkeypatch)
-    assert_identical_runs(a, b, ra, rb)
+    assert_identical_runs(a, b, ra, rb, table_order=True)
     assert set(ra.rows[0]) == {"api", "kernels", "memcpy", "memset", "markers", "steps", "sync", "collectives"}
     assert ra.warnings  # unlinked NCCL kernels
 
 
 def test_an_empty_trace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = write(tmp_path, [])
-    assert_identical_runs(*import_both([path], tmp_path, monkeypatch))
+    assert_identical_runs(*import_both([path], tmp_path, monkeypatch), table_order=True)
     path = write(tmp_path, [{"ph": "f", "cat": "ac2g", "name": "flow", "ts": 1}])
-    assert_identical_runs(*import_both([path], tmp_path / "2", monkeypatch))
+    assert_identical_runs(*import_both([path], tmp_path / "2", monkeypatch), table_order=True)
 
 
 def test_repeated_correlation_ids_take_the_last_api_row(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -263,7 +237,7 @@ def test_repeated_correlation_ids_take_the_last_api_row(tmp_path: Path, monkeypa
     ]
     path = write(tmp_path, events)
     a, b, ra, rb = import_both([path], tmp_path, monkeypatch)
-    assert_identical_runs(a, b, ra, rb)
+    assert_identical_runs(a, b, ra, rb, table_order=True)
     assert pq.read_table(a / "sync" / "rank=0").column("tid").to_pylist() == [30]
 
 
@@ -402,7 +376,7 @@ def test_odd_events_send_the_trace_to_msgspec(tmp_path: Path, monkeypatch: pytes
         with pytest.raises(OverflowError):
             import_kineto(path, tmp_path / "run")
     else:
-        assert_identical_runs(*import_both([path], tmp_path, monkeypatch, native=False))
+        assert_identical_runs(*import_both([path], tmp_path, monkeypatch, native=False), table_order=True)
     refused = kineto_native.outcomes - before
     assert list(refused) == [f"refused: {odd}"]
 
@@ -417,7 +391,7 @@ def test_odd_values_of_events_no_table_reads_do_not_matter(tmp_path: Path, monke
     ]
     ext = extract(trace_text(events))
     assert ext.rows is not None and ext.odd_rows == 0 and len(ext.rows) == 3
-    assert_identical_runs(*import_both([write(tmp_path, events)], tmp_path, monkeypatch))
+    assert_identical_runs(*import_both([write(tmp_path, events)], tmp_path, monkeypatch), table_order=True)
     assert extract(trace_text(['{"ph": "X", "c\\u0061t": "x"}'])).odd == ["escaped key"]
 
 
@@ -426,10 +400,10 @@ def test_perfscope_categories_and_exports_take_msgspec(tmp_path: Path, monkeypat
     host = '{"ph": "X", "cat": "perfscope_host", "name": "h", "pid": 0, "tid": 1, "ts": 1, "dur": 1}'
     for i, events in enumerate(([metric], [host])):
         path = write(tmp_path, [kernel(), events[0]])
-        assert_identical_runs(*import_both([path], tmp_path / str(i), monkeypatch, native=False))
+        assert_identical_runs(*import_both([path], tmp_path / str(i), monkeypatch, native=False), table_order=True)
     before = kineto_native.outcomes["refused: perfscope export"]
     head = '"schemaVersion": 1, "perfscope": {"ranks": [{"rank": 3, "pids": []}]}'
-    assert_identical_runs(*import_both([write(tmp_path, [kernel()], head)], tmp_path / "e", monkeypatch, native=False))
+    assert_identical_runs(*import_both([write(tmp_path, [kernel()], head)], tmp_path / "e", monkeypatch, native=False), table_order=True)
     assert kineto_native.outcomes["refused: perfscope export"] == before + 1
 
 
@@ -438,7 +412,7 @@ def test_traces_without_a_kineto_header_get_the_same_verdict(tmp_path: Path, mon
     included) say whether it is a Kineto trace: the original is decoded."""
     path = write(tmp_path, [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 1, "dur": 1}, kernel()], head="")
     before = kineto_native.outcomes["refused: no Kineto header"]
-    assert_identical_runs(*import_both([path], tmp_path, monkeypatch, native=False))
+    assert_identical_runs(*import_both([path], tmp_path, monkeypatch, native=False), table_order=True)
     assert kineto_native.outcomes["refused: no Kineto header"] == before + 1
 
 

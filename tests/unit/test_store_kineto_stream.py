@@ -12,17 +12,16 @@ that imports with streams are those without, errors included.
 from __future__ import annotations
 
 import gzip
-import json
 import os
 import threading
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow.parquet as pq
 import pytest
 
 from perfscope.errors import InputError
+from kineto_checks import KINETO_FIXTURES, SHARED_NAMES, assert_identical_runs
 from perfscope.store import kineto, kineto_filter, kineto_native
 from perfscope.store.kineto import _FILTER_RULES, CHUNK_EVENTS, import_kineto
 
@@ -48,13 +47,6 @@ if _NOT_BUILT is not None:  # pragma: no cover - the build is part of the instal
     pytest.skip(_NOT_BUILT, allow_module_level=True)
 
 DATA = Path(__file__).resolve().parents[1] / "data"
-#: Every Kineto trace under tests/data (the fixtures and the analyzer scenarios).
-KINETO_FIXTURES = sorted(p for p in DATA.rglob("*.json*") if p.parent.name == "kineto")
-SHARED_NAMES = [
-    "critical_path_alexnet_bench", "nccl_parser_config_nccl_data", "ns_resolution_trace_rank-0",
-    "trace_compare_base_base", "trace_compare_test_test", "trace_filter_sampled_rank-0",
-    "trace_filter_sampled_rank-1",
-]
 
 
 # -- helpers -----------------------------------------------------------------------------
@@ -269,23 +261,6 @@ def test_bad_rules_are_refused() -> None:
 
 
 # -- imports -----------------------------------------------------------------------------
-def assert_identical_runs(a: Path, b: Path, ra: Any, rb: Any) -> None:
-    """Same rows, warnings, rank metadata and every Parquet table (columns, values, order)."""
-    assert ra.rows == rb.rows and ra.warnings == rb.warnings
-    parts = sorted(p.relative_to(a) for p in a.rglob("*.parquet"))
-    assert parts == sorted(p.relative_to(b) for p in b.rglob("*.parquet"))
-    for part in parts:
-        ta, tb = pq.read_table(a / part), pq.read_table(b / part)
-        assert ta.schema == tb.schema, part
-        assert ta.equals(tb), f"{part} differs"
-    for meta in sorted(p.relative_to(a) for p in (a / "ranks").glob("*.json")):
-        assert json.loads((a / meta).read_text()) == json.loads((b / meta).read_text()), meta
-    run_a, run_b = json.loads((a / "run.json").read_text()), json.loads((b / "run.json").read_text())
-    for doc in (run_a, run_b):
-        del doc["run_id"], doc["created_ns"]
-    assert run_a == run_b
-
-
 def counting_streams(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
     """Record each Stream the importer finishes (whether its text came whole)."""
     used: list[bool] = []
