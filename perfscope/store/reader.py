@@ -6,7 +6,8 @@ nanoseconds are never rounded through float64); dictionary-encoded string column
 back as pandas categoricals; the partition key comes back as an ``int64`` column ``rank``.
 
 ``table`` returns a DataFrame; ``arrays`` returns the same columns as a dict of arrays,
-without the DataFrame (what an analysis that works on numpy arrays reads).
+without the DataFrame (what an analysis that works on numpy arrays reads); ``window``
+returns the rows of one rank that overlap a time window (what a zoomed timeline reads).
 """
 from __future__ import annotations
 
@@ -160,6 +161,44 @@ class Run(_RunView):
         decl, cols, data_cols = _asked(name, columns)
         return _arrays(decl, cols, self._pieces(name, ranks, decl, data_cols), coded)
 
+    def window(self, table: str, rank: int, columns: Sequence[str] | None, t0_ns: int, t1_ns: int) -> pd.DataFrame:
+        """The rows of ``table`` on ``rank`` that overlap the time window ``[t0_ns, t1_ns)``.
+
+        A row of a span table (one with ``start_ns`` and ``dur_ns``) overlaps when it starts
+        in the window, or starts before it and ends after ``t0_ns`` (``start_ns + dur_ns >
+        t0_ns``; a null ``dur_ns`` counts as 0): an event that spans the whole window is
+        returned, one that ends exactly at ``t0_ns`` is not.  A row of a point table (one
+        time column, ``ts_ns`` of ``metrics``) overlaps when its time is in the window.
+
+        Only what is needed is read: row groups whose ``start_ns`` statistics put them at
+        or after ``t1_ns`` are skipped, the time columns of the others are read to find the
+        rows, and the columns asked only of the row groups holding some.  No order of rows
+        is assumed (the writer does not sort them).
+
+        Args:
+            table: a table declared in :mod:`perfscope.store.schema`.
+            rank: the rank to read.
+            columns: the columns to read (all declared columns plus ``rank`` when None).
+            t0_ns, t1_ns: the window, Unix-epoch nanoseconds; ``t1_ns == t0_ns`` is an
+                empty window (no rows).
+
+        Returns:
+            the overlapping rows, in :meth:`table`'s row order, with the columns asked and
+            :meth:`table`'s dtypes and units (``*_ns`` int64 nanoseconds, ``bytes`` bytes,
+            dictionary strings as categoricals); no rows (the same columns) when the run
+            has no such table or the rank has no rows in the window.
+
+        Raises:
+            UsageError: unknown table or column, ``t1_ns < t0_ns``, or a table without a
+                time column.
+            CorruptRunError: a part file cannot be read.
+        """
+        decl, cols, data_cols = _asked(table, columns)
+        t0, t1 = _window_bounds(decl, t0_ns, t1_ns)
+        parts = self.part_files(table, [rank]) if t1 > t0 else []
+        pieces = [(r, tbl) for r, path in parts if (tbl := _read_window(decl, path, data_cols, t0, t1)) is not None]
+        return _frame(decl, cols, pieces)
+
     def _pieces(self, name: str, ranks: Iterable[int] | None, decl: Table, data_cols: list[str]) -> list[tuple[int, pa.Table]]:
         """(rank, the stored columns ``data_cols`` of one part file) of every part file read."""
         return [(rank, _read_part(decl, path, data_cols)) for rank, path in self.part_files(name, ranks)]
@@ -210,6 +249,24 @@ class MemoryRun(_RunView):
         """
         decl, cols, data_cols = _asked(name, columns)
         return _arrays(decl, cols, self._pieces(name, ranks, data_cols), coded)
+
+    def window(self, table: str, rank: int, columns: Sequence[str] | None, t0_ns: int, t1_ns: int) -> pd.DataFrame:
+        """The rows of ``table`` on ``rank`` that overlap ``[t0_ns, t1_ns)``: see
+        :meth:`Run.window` (same arguments, same result).
+
+        Raises:
+            UsageError: unknown table or column, ``t1_ns < t0_ns``, or a table without a
+                time column.
+        """
+        decl, cols, data_cols = _asked(table, columns)
+        t0, t1 = _window_bounds(decl, t0_ns, t1_ns)
+        tbl = self.tables.get(table, {}).get(int(rank))
+        pieces = []
+        if tbl is not None and t1 > t0:
+            mask = _overlaps(decl, tbl.select(_time_columns(decl)), t0, t1)
+            if mask.any():
+                pieces.append((int(rank), tbl.select(data_cols).filter(pa.array(mask))))
+        return _frame(decl, cols, pieces)
 
     def _pieces(self, name: str, ranks: Iterable[int] | None, data_cols: list[str]) -> list[tuple[int, pa.Table]]:
         """(rank, its Arrow table's columns ``data_cols``) of every rank read that has rows."""
@@ -270,9 +327,10 @@ def _parquet_file(path: Path, read_dictionary: list[str] | None = None) -> pq.Pa
 _THREADED_ROWS = 1 << 16
 
 
-def _read_part(decl: Table, path: Path, columns: list[str]) -> pa.Table:
-    """Read ``columns`` of one part file; dictionary columns come back dictionary-typed
-    (Parquet's dictionary pages are kept: no string is materialised per row)."""
+def _read_part(decl: Table, path: Path, columns: list[str], row_groups: list[int] | None = None) -> pa.Table:
+    """Read ``columns`` of one part file (of its ``row_groups`` only, when given);
+    dictionary columns come back dictionary-typed (Parquet's dictionary pages are kept: no
+    string is materialised per row)."""
     wanted = [c for c in decl.dictionary_columns if c in columns]
     try:
         f = _parquet_file(path, read_dictionary=wanted)
@@ -281,7 +339,10 @@ def _read_part(decl: Table, path: Path, columns: list[str]) -> pa.Table:
         f = _parquet_file(path, read_dictionary=[c for c in wanted if c in names])
     present = set(f.schema_arrow.names)
     try:
-        tbl = f.read(columns=[c for c in columns if c in present], use_threads=f.metadata.num_rows >= _THREADED_ROWS)
+        read = [c for c in columns if c in present]
+        threads = f.metadata.num_rows >= _THREADED_ROWS
+        tbl = (f.read(columns=read, use_threads=threads) if row_groups is None
+               else f.read_row_groups(row_groups, columns=read, use_threads=threads))
     except (pa.ArrowInvalid, OSError) as e:
         raise CorruptRunError(f"cannot read part file {path}: {e}. Move it aside to read the rest of the run") from None
     # Columns added to the schema after this part was written come back as nulls.
@@ -295,6 +356,79 @@ def _read_type(decl: Table, name: str) -> pa.DataType:
     """The Arrow type column ``name`` is read as: dictionary columns as dictionaries."""
     col = decl.column(name)
     return pa.dictionary(pa.int32(), col.type) if col.dictionary and not pa.types.is_dictionary(col.type) else col.type
+
+
+def _time_columns(decl: Table) -> list[str]:
+    """The columns that place a row of ``decl`` in time: ``[start_ns, dur_ns]`` (a span
+    table), ``[start_ns]`` or ``[ts_ns]`` (a point table); empty when it has none."""
+    names = decl.column_names
+    if "start_ns" in names:
+        return ["start_ns", "dur_ns"] if "dur_ns" in names else ["start_ns"]
+    return ["ts_ns"] if "ts_ns" in names else []
+
+
+def _window_bounds(decl: Table, t0_ns: int, t1_ns: int) -> tuple[int, int]:
+    """``(t0_ns, t1_ns)`` as ints, checked for a window read of ``decl``.
+
+    Raises:
+        UsageError: ``t1_ns < t0_ns``, or ``decl`` has no time column.
+    """
+    t0, t1 = int(t0_ns), int(t1_ns)
+    if t1 < t0:
+        raise UsageError(f"the window ends before it starts ({t1} < {t0} ns); pass t0_ns <= t1_ns")
+    if not _time_columns(decl):
+        raise UsageError(f"table {decl.name!r} has no time column; read it whole with Run.table")
+    return t0, t1
+
+
+def _overlaps(decl: Table, times: pa.Table, t0: int, t1: int) -> np.ndarray:
+    """Boolean mask of the rows of ``times`` (the :func:`_time_columns` of ``decl``) that
+    overlap ``[t0, t1)`` as :meth:`Run.window` defines it; a null start never does."""
+    cols = _time_columns(decl)
+    start, null = _ints_and_nulls(times.column(cols[0]))
+    mask = ~null & (start >= t0) & (start < t1)
+    if len(cols) == 2:
+        dur, _ = _ints_and_nulls(times.column(cols[1]))  # null durations read as 0
+        mask |= ~null & (start < t0) & (start + dur > t0)
+    return mask
+
+
+def _read_window(decl: Table, path: Path, columns: list[str], t0: int, t1: int) -> pa.Table | None:
+    """The rows of one part file that overlap ``[t0, t1)``, its columns ``columns`` (what
+    :func:`_read_part` gives, for fewer rows); None when no row does."""
+    f = _parquet_file(path)
+    time_cols = _time_columns(decl)
+    if time_cols[0] not in f.schema_arrow.names:
+        return None
+    md = f.metadata
+    at = f.schema_arrow.get_field_index(time_cols[0])  # Arrow and Parquet agree: flat columns
+    candidates = [i for i in range(md.num_row_groups) if _may_overlap(md.row_group(i).column(at).statistics, t0, t1, len(time_cols) == 2)]
+    if not candidates:
+        return None
+    try:
+        times = f.read_row_groups(candidates, columns=[c for c in time_cols if c in f.schema_arrow.names])
+    except (pa.ArrowInvalid, OSError) as e:
+        raise CorruptRunError(f"cannot read part file {path}: {e}. Move it aside to read the rest of the run") from None
+    for c in time_cols:
+        if c not in times.column_names:  # a part written before the column existed
+            times = times.append_column(c, pa.nulls(times.num_rows, pa.int64()))
+    mask = _overlaps(decl, times, t0, t1)
+    # Read the asked columns only of the row groups that hold a row of the window.
+    per_group = np.split(mask, np.cumsum([md.row_group(i).num_rows for i in candidates])[:-1])
+    hits = [(g, m) for g, m in zip(candidates, per_group) if m.any()]
+    if not hits:
+        return None
+    keep = np.concatenate([m for _, m in hits])
+    return _read_part(decl, path, columns, [g for g, _ in hits]).filter(pa.array(keep))
+
+
+def _may_overlap(stats: Any, t0: int, t1: int, span: bool) -> bool:
+    """False when a row group's statistics of its start column rule out every row of the
+    window: all start at or after ``t1`` (or, for points, all before ``t0``).  Spans that
+    start before ``t0`` may reach into it, and no statistics bound their ends."""
+    if stats is None or not stats.has_min_max:
+        return True
+    return bool(stats.min < t1 and (span or stats.max >= t0))
 
 
 def _categorical(col: pa.ChunkedArray) -> Any:
