@@ -16,8 +16,9 @@ import dash
 import plotly.graph_objects as go
 from dash import ALL, Input, Output, State, ctx, html
 
+from perfscope.analyzers.timeline import timeline_events
 from perfscope.dashboards import figures, layout, tables
-from perfscope.dashboards.data import DashboardData, RunData, timeline_events
+from perfscope.dashboards.data import DashboardData, RunData
 from perfscope.errors import UsageError
 
 TIMELINE_WIDTH_PX = 1400
