@@ -96,6 +96,20 @@ def analyze_collectives(coll: pd.DataFrame, world_size: int | None = None, clock
     """
     if coll is None or len(coll) == 0:
         return _empty().copy()  # a copy costs a tenth of building the frame (most runs have no collectives)
+    df = _normalized(coll)
+    if clock not in ("shared", "end_aligned"):
+        raise ValueError(f"clock must be 'shared' or 'end_aligned', not {clock!r}")
+    df, rank, key = _matched(df)
+    _add_arrivals(df, rank, key, clock)
+    _add_bandwidth(df, world_size)
+    return df[list(COLUMNS)].reset_index(drop=True)  # already in (rank, start_ns) order: see _matched
+
+
+def _normalized(coll: pd.DataFrame) -> pd.DataFrame:
+    """A copy of ``coll`` with every column :func:`analyze_collectives` reads (missing ones
+    null), ``func`` normalised, ``comm_id`` ``default`` where empty, and ``arrival_ns``
+    (the GPU start, else the enqueue time; rows with neither dropped), ``start_ns`` and
+    ``dur_ns`` as int64 ns."""
     df = coll.copy().reset_index(drop=True)
     for c in ("enqueue_ns", "comm_id", "seq", "func", "bytes", "nranks"):
         if c not in df.columns:
@@ -111,10 +125,16 @@ def analyze_collectives(coll: pd.DataFrame, world_size: int | None = None, clock
     df["start_ns"] = pd.to_numeric(df["start_ns"], errors="coerce").fillna(df["arrival_ns"]).astype("int64")
     df["dur_ns"] = pd.to_numeric(df["dur_ns"], errors="coerce").fillna(0).astype("int64")
     df["arrival_ns"] = df["arrival_ns"].astype("int64")
+    return df
 
-    if clock not in ("shared", "end_aligned"):
-        raise ValueError(f"clock must be 'shared' or 'end_aligned', not {clock!r}")
-    # Match key: (comm_id, func, seq) where every row of the communicator has seq, else order.
+
+def _matched(df: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray, np.ndarray]:
+    """(``df`` in (rank, start) order with ``match_key`` added, its ranks, its keys).
+
+    The key (int64, 0, 1, ... by first appearance) names one operation across ranks:
+    (comm_id, func, seq) where every row of the communicator has seq, else (comm_id, func,
+    position among the rank's operations with the same comm_id and func).
+    """
     # Strings become integer codes (numbered by first appearance), and every per-operation
     # statistic is a numpy reduction over those codes: no groupby on hundreds of thousands
     # of rows.
@@ -145,6 +165,13 @@ def analyze_collectives(coll: pd.DataFrame, world_size: int | None = None, clock
     n_code = pd.factorize(n_key)[0]
     key = pd.factorize((c_code * _size(f_code) + f_code) * _size(n_code) + n_code)[0].astype(np.int64)
     df["match_key"] = key
+    return df, rank, key
+
+
+def _add_arrivals(df: pd.DataFrame, rank: np.ndarray, key: np.ndarray, clock: str) -> None:
+    """Add ``matched_ranks``, ``arrival_skew_ns``, ``wait_ns`` and ``last_rank`` to ``df``
+    (rows keyed by ``key``, on ranks ``rank``; see :func:`analyze_collectives`)."""
+    r_code = pd.factorize(rank)[0]
     # The quantity whose spread is the skew: the arrival time, or (end-aligned) -duration.
     dur = df["dur_ns"].to_numpy(dtype=np.int64)
     t = df["arrival_ns"].to_numpy(dtype=np.int64) if clock == "shared" else -dur
@@ -166,6 +193,11 @@ def analyze_collectives(coll: pd.DataFrame, world_size: int | None = None, clock
     np.minimum.at(first_row, key[at_last], at_last)
     df["last_rank"] = pd.arrays.IntegerArray(rank[first_row][key] if key.size else np.zeros(0, np.int64), ~multi)
 
+
+def _add_bandwidth(df: pd.DataFrame, world_size: int | None) -> None:
+    """Add ``transfer_ns``, ``algbw_gbps`` and ``busbw_gbps`` to ``df``, and make its
+    ``nranks`` (missing: ``world_size``, else the matched ranks), ``bytes`` and ``seq``
+    nullable Int64."""
     n = pd.to_numeric(df["nranks"], errors="coerce")
     if world_size:
         n = n.fillna(world_size)
@@ -181,7 +213,6 @@ def analyze_collectives(coll: pd.DataFrame, world_size: int | None = None, clock
     df["busbw_gbps"] = algbw * bus_factor(df["func"], n)
     df["bytes"] = pd.to_numeric(df["bytes"], errors="coerce").astype("Int64")
     df["seq"] = pd.to_numeric(df["seq"], errors="coerce").astype("Int64")
-    return df[list(COLUMNS)].reset_index(drop=True)  # already in (rank, start_ns) order: ``perm``
 
 
 _KERNEL_FUNC = re.compile(r"(?i)(AllReduce|AllGather|ReduceScatter|Broadcast|Reduce|AllToAll|SendRecv|Send|Recv)")
