@@ -11,7 +11,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from perfscope.store import create_run, open_run, write_rank_tables
-from perfscope.store.reader import Coded, MemoryRun, Run, _categorical, _coded, _column
+from perfscope.store.columns import Coded, categorical_column, coded_column, column_array
+from perfscope.store.reader import MemoryRun, Run
 from perfscope.store.schema import TABLES
 from perfscope.store.writer import stored_tables
 
@@ -91,8 +92,8 @@ def _dict_chunk(indices: list[int | None], values: list[str]) -> pa.DictionaryAr
 ])
 def test_coded_is_the_categoricals_codes_and_categories(chunks: list[pa.Array]) -> None:
     col = pa.chunked_array(chunks)
-    cat = pd.Series(_categorical(col)).cat
-    coded = _coded(col)
+    cat = pd.Series(categorical_column(col)).cat
+    coded = coded_column(col)
     assert np.array_equal(np.asarray(coded.codes, dtype=np.int64), cat.codes.to_numpy(np.int64))
     assert list(coded.names) == list(cat.categories)
     mask = np.arange(len(coded)) % 2 == 0
@@ -115,7 +116,7 @@ def test_nullable_integers_are_what_to_pandas_gives(type_: pa.DataType) -> None:
         col = pa.chunked_array(chunks, type=type_)
         if not col.null_count:
             continue
-        got = _column(col, False)
+        got = column_array(col, False)
         want = col.to_pandas(types_mapper={col.type: pd.Int64Dtype()}.get).array
         assert isinstance(got, pd.arrays.IntegerArray)
         pd.testing.assert_extension_array_equal(got, want)

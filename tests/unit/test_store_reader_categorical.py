@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from perfscope.store import create_run, open_run, write_rank_tables
-from perfscope.store.reader import _categorical
+from perfscope.store.columns import categorical_column
 
 T0 = 1_764_000_000_000_000_000
 
@@ -50,7 +50,7 @@ def _dict_chunk(indices: list[int | None], values: list[str]) -> pa.DictionaryAr
 def test_categorical_matches_decode_and_encode(chunks) -> None:
     arrays = [pa.array(v, pa.string()) if d is None else _dict_chunk(v, d) for v, d in chunks]
     col = pa.chunked_array(arrays)
-    _assert_same(_categorical(col), _reference(col))
+    _assert_same(categorical_column(col), _reference(col))
 
 
 def test_random_dictionaries_match(tmp_path: Path) -> None:
@@ -64,7 +64,7 @@ def test_random_dictionaries_match(tmp_path: Path) -> None:
             idx = [None if rng.random() < 0.2 else int(i) for i in rng.integers(0, k, n)]
             parts.append(_dict_chunk(idx, values))
         col = pa.chunked_array(parts, type=pa.dictionary(pa.int32(), pa.string()))
-        _assert_same(_categorical(col), _reference(col))
+        _assert_same(categorical_column(col), _reference(col))
 
 
 def test_table_reads_parts_written_as_dictionaries(tmp_path: Path) -> None:
