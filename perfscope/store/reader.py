@@ -148,10 +148,12 @@ class Run(_RunView):
         returned, one that ends exactly at ``t0_ns`` is not.  A row of a point table (one
         time column, ``ts_ns`` of ``metrics``) overlaps when its time is in the window.
 
-        Only what is needed is read: row groups whose ``start_ns`` statistics put them at
-        or after ``t1_ns`` are skipped, the time columns of the others are read to find the
-        rows, and the columns asked only of the row groups holding some.  No order of rows
-        is assumed (the writer does not sort them).
+        Only what is needed is read: row groups whose statistics rule the window out are
+        skipped (all rows start at or after ``t1_ns``; or all start before ``t0_ns`` and,
+        where ``dur_ns`` has statistics, the latest start plus the longest duration does
+        not reach it), the time columns of the others are read to find the rows, and the
+        columns asked only of the row groups holding some.  No order of rows is assumed
+        (the writer does not sort them).
 
         Args:
             table: a table declared in :mod:`perfscope.store.schema`.
@@ -379,8 +381,9 @@ def _read_window(decl: Table, path: Path, columns: list[str], t0: int, t1: int) 
     if time_cols[0] not in f.schema_arrow.names:
         return None
     md = f.metadata
-    at = f.schema_arrow.get_field_index(time_cols[0])  # Arrow and Parquet agree: flat columns
-    candidates = [i for i in range(md.num_row_groups) if _may_overlap(md.row_group(i).column(at).statistics, t0, t1, len(time_cols) == 2)]
+    # Column positions in the file (Arrow and Parquet agree: the columns are flat).
+    at = [f.schema_arrow.get_field_index(c) for c in time_cols]
+    candidates = [i for i in range(md.num_row_groups) if _may_overlap(md.row_group(i), at, t0, t1)]
     if not candidates:
         return None
     try:
@@ -400,13 +403,30 @@ def _read_window(decl: Table, path: Path, columns: list[str], t0: int, t1: int) 
     return _read_part(decl, path, columns, [g for g, _ in hits]).filter(pa.array(keep))
 
 
-def _may_overlap(stats: Any, t0: int, t1: int, span: bool) -> bool:
-    """False when a row group's statistics of its start column rule out every row of the
-    window: all start at or after ``t1`` (or, for points, all before ``t0``).  Spans that
-    start before ``t0`` may reach into it, and no statistics bound their ends."""
-    if stats is None or not stats.has_min_max:
+def _may_overlap(group: pq.RowGroupMetaData, at: list[int], t0: int, t1: int) -> bool:
+    """False when a row group's statistics rule out every row of the window ``[t0, t1)``.
+
+    ``at`` holds the positions of the time columns (start, and duration for spans).  No
+    row overlaps when all start at or after ``t1``; for points, also when all start before
+    ``t0``; for spans, when all start before ``t0`` and the latest start plus the longest
+    duration does not pass it (the writer keeps statistics of ``start_ns`` only, so
+    without ``dur_ns`` statistics a span table's earlier row groups are always read).
+    """
+    start = _min_max(group, at[0])
+    if start is None:
         return True
-    return bool(stats.min < t1 and (span or stats.max >= t0))
+    if start[0] >= t1:
+        return False
+    if start[1] >= t0:
+        return True
+    dur = _min_max(group, at[1]) if len(at) == 2 and at[1] >= 0 else None
+    return len(at) == 2 and (dur is None or start[1] + max(dur[1], 0) > t0)
+
+
+def _min_max(group: pq.RowGroupMetaData, column: int) -> tuple[int, int] | None:
+    """(min, max) of column ``column`` in one row group, None without statistics."""
+    stats = group.column(column).statistics
+    return (int(stats.min), int(stats.max)) if stats is not None and stats.has_min_max else None
 
 
 def _empty_column(decl: Table, name: str) -> Any:

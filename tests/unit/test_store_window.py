@@ -142,3 +142,30 @@ def test_window_on_the_h200_fixture_equals_a_filter_of_the_whole_table() -> None
             got = source.window(table, 0, None, s0, s1)
             pd.testing.assert_frame_equal(got.reset_index(drop=True).astype(object),
                                           expected.reset_index(drop=True).astype(object), check_exact=True)
+
+
+@pytest.mark.parametrize("dur_stats", [True, False])
+def test_row_groups_are_skipped_by_their_statistics(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, dur_stats: bool) -> None:
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "r"
+    create_run(path, command=["train.py"], source="test", world_size=1)
+    # Five row groups of 100 back-to-back 10 ns kernels, 1000 ns each; group 1 also holds
+    # one long kernel that reaches into group 3's time.
+    start = T0 + np.arange(500) * 10
+    dur = np.full(500, 10)
+    dur[150] = 2000  # starts at T0 + 1500, ends at T0 + 3500
+    tbl = stored_tables({"kernels": {"start_ns": start, "dur_ns": dur, "name": [f"k{i}" for i in range(500)]}})["kernels"]
+    folder = path / "kernels" / "rank=0"
+    folder.mkdir(parents=True)
+    pq.write_table(tbl, folder / "part-00000.parquet", row_group_size=100,
+                   write_statistics=["start_ns", "dur_ns"] if dur_stats else ["start_ns"])
+    run = open_run(path)
+    calls: list[list[int]] = []
+    real = pq.ParquetFile.read_row_groups
+    monkeypatch.setattr(pq.ParquetFile, "read_row_groups",
+                        lambda self, groups, *a, **kw: calls.append(list(groups)) or real(self, groups, *a, **kw))
+    w = run.window("kernels", 0, ["name", "start_ns"], T0 + 3200, T0 + 3300)
+    assert w["name"].astype(str).tolist() == ["k150", *(f"k{i}" for i in range(320, 330))]
+    times_read = [1, 3] if dur_stats else [0, 1, 2, 3]  # group 4 starts after the window
+    assert calls == [times_read, [1, 3]]  # then the asked columns of the groups with rows only
