@@ -17,6 +17,7 @@ from typing import Any, Protocol
 import pandas as pd
 
 from perfscope import open_run
+from perfscope.analyzers.compare import Comparison, compare_runs
 from perfscope.analyzers.result import Analysis
 from perfscope.analyzers.timeline import WindowSource
 from perfscope.errors import UsageError
@@ -114,7 +115,7 @@ class DashboardData:
         self.labels = [_label(Path(r.path), taken) for r in self._runs]
         self._loaded: dict[int, RunData] = {}
         self._locks = [threading.Lock() for _ in self._runs]
-        self._comparisons: dict[tuple[int, int], Any] = {}
+        self._comparisons: dict[tuple[int, int], Comparison] = {}
         self._compare_lock = threading.Lock()
 
     def __len__(self) -> int:
@@ -149,20 +150,11 @@ class DashboardData:
                 self._loaded[i] = loaded
         return loaded
 
-
-    def comparison(self, base: Any, new: Any) -> Any | None:
-        """``perfscope.analyzers.compare.compare_runs`` of two served runs (cached).
-
-        Returns:
-            the ``Comparison``, or None when this build has no compare analyzer.
-        """
+    def comparison(self, base: Any, new: Any) -> Comparison:
+        """``perfscope.analyzers.compare.compare_runs`` of two served runs (cached)."""
         a, b = self.index(base), self.index(new)
         key = (a, b)
         if key not in self._comparisons:
-            try:
-                from perfscope.analyzers.compare import compare_runs
-            except ImportError:
-                return None
             ra, rb = self.get(a), self.get(b)
             with self._compare_lock:
                 if key not in self._comparisons:

@@ -301,16 +301,12 @@ def compare_body(data: DashboardData, base: Any, new: Any) -> list[Any]:
     ma, mb = median_step_ns(a.steps), median_step_ns(b.steps)
     change = f" ({100 * (mb - ma) / ma:+.1f}%)" if ma and mb else ""
     cmp = data.comparison(a.index, b.index)
-    if cmp is not None:
-        kernel_rows = tables.change_rows(cmp.kernels)
-        coll_rows = tables.change_rows(cmp.collectives)
-    else:  # a build without the compare analyzer: plain per-step kernel totals
-        kernel_rows = tables.kernel_changes(a.analysis.kernels, len(a.steps), b.analysis.kernels, len(b.steps))
-        coll_rows = []
+    kernel_rows = tables.change_rows(cmp.kernels)
+    coll_rows = tables.change_rows(cmp.collectives)
     body: list[Any] = [
         html.P(f"median step time: base {a.label} {fmt_ms(ma)}, new {b.label} {fmt_ms(mb)}{change}",
                id="cmp-summary"),
-        *(_verdict(cmp) if cmp is not None else []),
+        *_verdict(cmp),
         dcc.Graph(figure=figures.compare_buckets(a.steps, b.steps, a.label, b.label), config=GRAPH_CONFIG),
         dcc.Graph(figure=figures.compare_step_deltas(a.steps, b.steps), config=GRAPH_CONFIG),
         html.H4("Kernels whose time per step changed most"),

@@ -133,37 +133,6 @@ def collective_rows(colls: pd.DataFrame, rank: Any = None, limit: int = MAX_ROWS
     return _records(out), n
 
 
-def kernel_changes(kernels_a: pd.DataFrame, steps_a: int, kernels_b: pd.DataFrame, steps_b: int,
-                   top: int = 20) -> list[dict[str, Any]]:
-    """The kernels whose time per step changed most between two runs.
-
-    Args:
-        kernels_a, kernels_b: ``Analysis.kernels`` of the base and the new run.
-        steps_a, steps_b: (rank, step) rows of each run, to turn totals into per-step time.
-        top: rows to return.
-
-    Returns:
-        records with the ids of :data:`KERNEL_CHANGE_COLUMNS`, largest absolute change first
-        (ms per step summed over ranks divided by rank-steps; kernels in one run only count
-        as 0 in the other).
-    """
-    def per_step(k: pd.DataFrame, n: int) -> pd.Series:
-        if k.empty:
-            return pd.Series(dtype="float64")
-        return k.groupby(k["name"].astype(str))["total_ns"].sum().astype("float64") / max(n, 1) / 1e6
-
-    a, b = per_step(kernels_a, steps_a), per_step(kernels_b, steps_b)
-    df = pd.DataFrame({"base_ms": a, "new_ms": b}).fillna(0.0)
-    if df.empty:
-        return []
-    df["delta_ms"] = df["new_ms"] - df["base_ms"]
-    df["delta_pct"] = np.where(df["base_ms"] > 0, 100.0 * df["delta_ms"] / df["base_ms"].where(df["base_ms"] > 0, 1), np.nan)
-    df = df.reindex(df["delta_ms"].abs().sort_values(ascending=False).index).head(top)
-    df = df.round({"base_ms": 4, "new_ms": 4, "delta_ms": 4, "delta_pct": 1})
-    df.index.name = "name"
-    return _records(df.reset_index())
-
-
 def name_tooltips(rows: list[dict[str, Any]], column: str = "name") -> list[dict[str, Any]]:
     """DataTable ``tooltip_data`` showing each row's full ``column`` (long kernel names are
     cut off in the cell).  Type ``text``, never Markdown: the names are untrusted."""
@@ -198,4 +167,4 @@ def change_rows(changes: pd.DataFrame) -> list[dict[str, Any]]:
 
 
 __all__ = ["COLLECTIVE_CHANGE_COLUMNS", "change_rows", "name_tooltips", "KERNEL_COLUMNS", "COLLECTIVE_COLUMNS", "KERNEL_CHANGE_COLUMNS", "kernel_rows", "collective_rows",
-           "kernel_changes", "MAX_ROWS"]
+           "MAX_ROWS"]
