@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
-from perfscope.collectors.inject import decide
+from perfscope.recorder.inject import decide
 from perfscope.errors import UsageError
 from perfscope.launch import child_env, default_output, guess_world_size
 from perfscope.options import RecordOptions
@@ -79,7 +79,7 @@ def test_options_round_trip_through_the_environment() -> None:
 def test_child_env_prepends_the_site_dir_and_drops_owner(tmp_path: "pytest.TempPathFactory") -> None:
     from pathlib import Path
 
-    from perfscope.collectors.inject import site_dir
+    from perfscope.recorder.inject import site_dir
 
     env = child_env(Path("/runs/r"), "abc", RecordOptions(), base={"PYTHONPATH": "/mine", "PERFSCOPE_OWNER": "0:1"})
     assert env["PYTHONPATH"] == site_dir() + ":/mine"
@@ -124,7 +124,7 @@ def test_exit_handler_swallows_a_failed_final_write(monkeypatch: pytest.MonkeyPa
     import os
     import signal
 
-    from perfscope.collectors import inject
+    from perfscope.recorder import inject
     from perfscope.errors import CollectorError
 
     registered: list = []
