@@ -3,7 +3,7 @@
 A collector captures one kind of event into the store.  The recorder (``perfscope.profile``,
 the process side of ``perfscope record`` and the ``record`` launcher) knows no collector by
 name: it walks :data:`perfscope.collectors.registry.REGISTRY`, creates the collectors the
-record options ask for, and drives each through :class:`Collector`::
+record options turn on, and drives each through :class:`Collector`::
 
     collector = spec.create()            # a fresh object; importing it must not need a GPU
     if collector.start(ctx):             # False: it cannot run here and said why (ctx.note)
@@ -137,11 +137,14 @@ class CollectorSpec:
         factory: ``"module:callable"`` returning a new :class:`Collector`; imported only
             when the record options ask for the collector.
         phase: when it runs (see :data:`Phase`).
+        option: the boolean field of :class:`perfscope.options.RecordOptions` that turns
+            it on (a keyword of ``perfscope.profile``, a ``--no-...`` flag of ``record``).
     """
 
     name: str
     factory: str
     phase: Phase
+    option: str
 
     def create(self) -> Collector:
         """Import the factory and return a new collector.

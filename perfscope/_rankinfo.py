@@ -6,7 +6,6 @@ applies).
 """
 from __future__ import annotations
 
-import os
 import platform
 import sys
 from typing import Any

@@ -227,9 +227,9 @@ def _run(command: list[str], env: dict[str, str], run_path: Path) -> tuple[int, 
     try:
         return child.wait(), forwarded
     finally:
-        for signum, handler in previous.items():
+        for sig, handler in previous.items():
             try:
-                signal.signal(signum, handler)
+                signal.signal(sig, handler)
             except (ValueError, OSError):
                 pass
 

@@ -61,10 +61,10 @@ class RecordOptions:
         return [("host" if f.name == "host_hooks" else f.name) for f in fields(self) if f.name in _BOOL_ENV and getattr(self, f.name)]
 
     def enabled(self, key: str) -> bool:
-        """True when the boolean option ``key`` (a key of the collector registry) is on.
+        """True when the boolean option ``key`` (a collector registry line's ``option``) is on.
 
         Raises:
-            UsageError: ``key`` names no boolean option (a registry line without its option).
+            UsageError: ``key`` names no boolean option (a registry line with a wrong option).
         """
         from perfscope.errors import UsageError
 

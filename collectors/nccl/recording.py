@@ -65,11 +65,11 @@ class NcclRecording:
         _apply(ctx.env, self._changed)
         self._changed = {}
         raw = default_dir(ctx.run_path)
-        if ctx.rank is not None:
-            flush_in_process()  # write what the plugin still holds in memory
-        if not raw.is_dir() or not any(raw.iterdir()):
-            return CollectorStats()
         try:
+            if ctx.rank is not None:
+                flush_in_process()  # write what the plugin still holds in memory
+            if not raw.is_dir() or not any(raw.iterdir()):
+                return CollectorStats()
             ingest_dir(str(raw), str(ctx.run_path), ranks=None if ctx.rank is None else [ctx.rank])
         except Exception as e:  # noqa: BLE001
             left = f"they stay in {raw}" if ctx.rank is None else "no collectives table"

@@ -4,12 +4,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from perfscope.collectors.base import Collector, CollectorContext, CollectorSpec, CollectorStats, Phase
-from perfscope.collectors.registry import REGISTRY
+from perfscope.collectors import registry
 from perfscope.options import RecordOptions
 
 
 class CollectorSet:
-    """The collectors the record options ask for, started and stopped by phase.
+    """The registered collectors the record options turn on, started and stopped by phase.
 
     Attributes:
         ctx: the context every collector gets.
@@ -21,7 +21,7 @@ class CollectorSet:
 
     def __init__(self, options: RecordOptions, ctx: CollectorContext) -> None:
         self.ctx = ctx
-        self._specs = [spec for key, spec in REGISTRY.items() if options.enabled(key)]
+        self._specs = [spec for spec in registry.REGISTRY if options.enabled(spec.option)]
         self._running: list[tuple[CollectorSpec, Collector]] = []
         self._started_phases: set[Phase] = set()
         self.names: list[str] = []

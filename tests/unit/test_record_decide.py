@@ -145,3 +145,15 @@ def test_exit_handler_swallows_a_failed_final_write(monkeypatch: pytest.MonkeyPa
     inject._install_exit_handlers(Failing())
     assert len(registered) == 1
     registered[0]()  # must not raise
+
+
+def test_the_start_up_decision_module_reads_the_same_variables_as_options() -> None:
+    # _perfscope_decide runs before perfscope can be imported, so it repeats these names.
+    from perfscope import options
+    from perfscope.recorder.inject import _perfscope_decide as d
+
+    assert (d.ENV_RUN_DIR, d.ENV_OWNER, d.ENV_DEBUG) == (options.ENV_RUN_DIR, options.ENV_OWNER, options.ENV_DEBUG)
+    assert d.RANK_VARS == options.RANK_VARS
+    env = {options.ENV_RUN_DIR: "/r", options.ENV_DEBUG: "1"}
+    assert d.recording_requested(env) and d.debugging(env) and options.env_debug(env)
+    assert not d.recording_requested({}) and not d.debugging({}) and options.env_run_dir({}) is None
