@@ -160,3 +160,26 @@ def test_no_collector_module_imports_the_recorder() -> None:
                     [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
                 for name in names:
                     assert not name.startswith(forbidden), f"{path} imports {name}"
+
+
+def test_the_contributing_guide_example_runs_as_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import gc
+    import re
+    import types
+
+    guide = (Path(__file__).resolve().parents[2] / "CONTRIBUTING.md").read_text()
+    section = guide[guide.index("## Adding a collector"):]
+    module_code, registry_line = re.findall(r"```python\n(.*?)```", section, re.S)[:2]
+    example = types.ModuleType("perfscope_guide_gc_pauses")
+    exec(compile(module_code, "CONTRIBUTING.md", "exec"), example.__dict__)
+    monkeypatch.setitem(sys.modules, example.__name__, example)
+    spec = eval(registry_line.strip().rstrip(","), {"CollectorSpec": CollectorSpec})
+    assert spec.option == "host_hooks" and spec.phase == "window"
+    _register(monkeypatch, CollectorSpec(spec.name, f"{example.__name__}:GcPauses", spec.phase, option=spec.option))
+    with perfscope.profile(tmp_path / "gc", **CPU_ONLY) as prof:
+        gc.collect()
+        prof.step()
+    meta = perfscope.open_run(tmp_path / "gc").rank_meta(0)
+    assert "gc" in meta["collectors"]
+    assert meta["collector_stats"]["gc"]["pauses"]["2"] >= 1  # JSON keys are strings
+    assert not [cb for cb in gc.callbacks if isinstance(getattr(cb, "__self__", None), example.GcPauses)]  # stop() undid start()
