@@ -6,6 +6,7 @@
 * :mod:`.runs`: creating or joining the run directory, the job's run id;
 * :mod:`.rankmeta`: what a rank writes about itself into ``ranks/rank-N.json``;
 * :mod:`.state`: the one active profiler of the process, forked children, warnings;
+* :mod:`.flusher`: the background thread that writes a rank every flush interval;
 * :mod:`.annotate`: :func:`annotate` (NVTX ranges and ``markers`` rows);
 * :mod:`.inject`: the ``sitecustomize`` that ``perfscope record`` injects into the job.
 

@@ -50,6 +50,7 @@ from perfscope.errors import AlreadyProfilingError, CollectorError, UsageError
 from perfscope.options import RecordOptions, env_local_rank, env_rank, env_world_size
 from perfscope.recorder import state
 from perfscope.recorder.driver import CollectorSet
+from perfscope.recorder.flusher import Flusher
 from perfscope.recorder.rankmeta import rank_info
 from perfscope.recorder.runs import join_or_create_run
 from perfscope.recorder.state import PerfscopeWarning
@@ -102,8 +103,7 @@ class Profiler:
         self._set: CollectorSet | None = None
         self._facts: dict[str, Any] = {}  # what collectors establish (clock offset)
         self._flush_lock = threading.RLock()
-        self._stop_event = threading.Event()
-        self._flusher: threading.Thread | None = None
+        self._flusher: Flusher | None = None
         self._dead = False
         self._started_ns: int | None = None
         self._last_meta: dict[str, Any] | None = None
@@ -318,7 +318,7 @@ class Profiler:
         if self._steps.active:
             self._set.start(("window",))
         self._write_rank_meta("recording")
-        self._flusher = threading.Thread(target=self._flush_loop, name="perfscope-flush", daemon=True)
+        self._flusher = Flusher(self.options.flush_interval_s, self._flush, self._note)
         self._flusher.start()
 
     def _context(self) -> CollectorContext:
@@ -359,13 +359,6 @@ class Profiler:
                 self._note(error)
 
     # -- flushing --------------------------------------------------------------------------------
-    def _flush_loop(self) -> None:
-        while not self._stop_event.wait(self.options.flush_interval_s):
-            try:
-                self._flush()
-            except Exception as e:  # noqa: BLE001 - a failed flush must not kill the job
-                self._note(f"a periodic flush failed ({type(e).__name__}: {e})")
-
     def _drain_into_writer(self) -> None:
         for table, buf in (("host", self._spans), ("markers", self._markers), ("steps", self._steps)):
             if buf is None:
@@ -391,9 +384,8 @@ class Profiler:
     def _teardown(self, *, status: str, reason: str | None) -> list[str]:
         """Undo everything start() did, whatever state it reached; returns write errors."""
         errors: list[str] = []
-        self._stop_event.set()
-        if self._flusher is not None and self._flusher is not threading.current_thread():
-            self._flusher.join(timeout=10)
+        if self._flusher is not None:
+            self._flusher.stop()
         for buf in (self._spans, self._markers):
             if buf is not None:
                 buf.on = False
