@@ -6,7 +6,6 @@ applies).
 """
 from __future__ import annotations
 
-import os
 import platform
 import sys
 from typing import Any
@@ -89,17 +88,4 @@ def versions() -> dict[str, Any]:
     return out
 
 
-def gpu_present() -> bool:
-    """True when this machine appears to have an NVIDIA GPU (device nodes or torch says so)."""
-    if os.path.exists("/dev/nvidiactl") or os.path.exists("/dev/nvidia0"):
-        return True
-    torch = imported_torch()
-    if torch is not None:
-        try:
-            return bool(torch.cuda.is_available())
-        except Exception:  # noqa: BLE001
-            return False
-    return False
-
-
-__all__ = ["gpu_info", "versions", "gpu_present", "torch_cuda_ready", "imported_torch"]
+__all__ = ["gpu_info", "versions", "torch_cuda_ready", "imported_torch"]

@@ -1,10 +1,11 @@
 """The launcher behind ``perfscope record``: run a command with every rank recorded.
 
 :func:`launch` creates the run, starts the command with perfscope's ``sitecustomize`` on
-a prepended ``PYTHONPATH`` (see :mod:`perfscope.collectors.inject`), forwards SIGTERM and
-SIGINT to it, waits, turns the NCCL plugin's files into the ``collectives`` table, and
-marks the run ``complete`` (the command exited, whatever its exit code) or ``incomplete``
-(it was killed by a signal).  It never prints; the CLI reports what it returns.
+a prepended ``PYTHONPATH`` (see :mod:`perfscope.recorder.inject`), runs the job-wide
+collectors around it (the NCCL plugin: set up before, its files turned into the
+``collectives`` table after), forwards SIGTERM and SIGINT to it, waits, and marks the run
+``complete`` (the command exited, whatever its exit code) or ``incomplete`` (it was killed
+by a signal).  It never prints; the CLI reports what it returns.
 """
 from __future__ import annotations
 
@@ -19,9 +20,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from perfscope.collectors.base import CollectorContext, CollectorStats
 from perfscope.errors import UsageError
-from perfscope.options import ENV_OWNER, ENV_RUN_DIR, ENV_RUN_ID, RecordOptions
-from perfscope.profiler import NCCL_RAW_DIR, _optional_module
+from perfscope.options import ENV_DEBUG, ENV_OWNER, ENV_RUN_DIR, ENV_RUN_ID, RecordOptions
+from perfscope.recorder.driver import CollectorSet
+from perfscope.recorder.inject import site_dir
+from perfscope.recorder.runs import environment_snapshot
 
 
 @dataclass
@@ -98,22 +102,8 @@ def guess_world_size(command: Sequence[str]) -> int | None:
     return None
 
 
-def _environment_snapshot() -> dict[str, Any]:
-    """The doctor's facts and check results (the analyzers' rules read the checks)."""
-    mod, _ = _optional_module("perfscope.doctor")
-    if mod is None:
-        return {}
-    try:
-        snap = mod.environment_for_run()
-        return snap if isinstance(snap, dict) else {}
-    except Exception:  # noqa: BLE001 - an environment we cannot read must not stop the job
-        return {}
-
-
 def child_env(run_path: Path, run_id: str, options: RecordOptions, base: dict[str, str] | None = None) -> dict[str, str]:
-    """Return the environment for the recorded command (before NCCL configuration)."""
-    from perfscope.collectors.inject import site_dir
-
+    """Return the environment for the recorded command (before the job-wide collectors add theirs)."""
     env = dict(os.environ if base is None else base)
     env.pop(ENV_OWNER, None)  # a job started from a recorded process starts fresh
     env.update(options.to_env())
@@ -124,53 +114,23 @@ def child_env(run_path: Path, run_id: str, options: RecordOptions, base: dict[st
     return env
 
 
-def _configure_nccl(env: dict[str, str], run_path: Path, notes: list[str]) -> None:
-    mod, _ = _optional_module("perfscope.collectors.nccl")
-    if mod is None or not hasattr(mod, "configure_env"):
-        notes.append("the NCCL profiler plugin is not part of this build: no collectives table")
-        return
-    users = env.get("NCCL_PROFILER_PLUGIN")
-    try:
-        warnings = mod.configure_env(env, str(run_path / NCCL_RAW_DIR))
-    except Exception as e:  # noqa: BLE001
-        notes.append(f"the NCCL profiler plugin was not configured ({type(e).__name__}: {e})")
-        return
-    notes.extend(str(w) for w in warnings or [])
-    if users and env.get("NCCL_PROFILER_PLUGIN") != users and not warnings:
-        notes.append(f"NCCL_PROFILER_PLUGIN={users} was replaced by perfscope's plugin")
+def _write_rank_stats(run_path: Path, by_rank: dict[int, CollectorStats]) -> None:
+    """Add what the job-wide collectors found per rank (dropped events, details) to its rank file.
 
-
-def _ingest_nccl(run_path: Path, notes: list[str]) -> None:
-    """Write the plugin's files into the run and add its counters to each rank's metadata."""
+    The ranks have exited, so the launcher is now the only writer of their files.
+    """
     from perfscope.store.meta import rank_meta_path, read_json, write_rank_meta
 
-    raw = run_path / NCCL_RAW_DIR
-    if not raw.is_dir() or not any(raw.iterdir()):
-        return
-    mod, _ = _optional_module("perfscope.collectors.nccl")
-    if mod is None or not hasattr(mod, "ingest_dir"):
-        return
-    try:
-        mod.ingest_dir(str(raw), str(run_path))
-    except Exception as e:  # noqa: BLE001
-        notes.append(f"reading the NCCL plugin's files failed ({type(e).__name__}: {e}); they stay in {raw}")
-        return
-    try:
-        summary = mod.summarize_dir(str(raw)) if hasattr(mod, "summarize_dir") else {}
-    except Exception:  # noqa: BLE001
-        return
-    # The ranks have exited, so the launcher is now the only writer of their files.
-    for rank, extra in summary.items():
+    for rank, stats in by_rank.items():
         p = rank_meta_path(run_path, rank)
         if not p.is_file():
             continue
         meta = read_json(p)
         dropped = dict(meta.get("dropped_events") or {})
-        for k, v in (extra.get("dropped_events") or {}).items():
+        for k, v in stats.dropped.items():
             dropped[k] = dropped.get(k, 0) + int(v)
         meta["dropped_events"] = dropped
-        if extra.get("nccl_plugin"):
-            meta["nccl_plugin"] = extra["nccl_plugin"]
+        meta.update(stats.details)
         write_rank_meta(run_path, rank, meta)
 
 
@@ -205,7 +165,7 @@ def launch(
         UsageError: no command, or the program cannot be found.
         RunExistsError: ``output`` holds data and ``force`` is false.
     """
-    from perfscope.store import create_run, load_meta, update_run
+    from perfscope.store import create_run
 
     command = list(command)
     if not command:
@@ -216,13 +176,31 @@ def launch(
     run_path = Path(output) if output is not None else default_output(command)
     world = guess_world_size(command)
     meta = create_run(
-        run_path, command=command, source="record", world_size=world, environment=_environment_snapshot(),
+        run_path, command=command, source="record", world_size=world, environment=environment_snapshot(),
         collectors=options.collector_names(), overwrite=force,
     )
     notes: list[str] = []
     env = child_env(run_path, meta["run_id"], options)
-    if options.nccl:
-        _configure_nccl(env, run_path, notes)
+    job = CollectorSet(options, CollectorContext(
+        run_path=run_path, rank=None, options=options.collector_options(env), note=notes.append, env=env,
+    ))
+    job.start(("job",))
+    rc, forwarded = _run(command, env, run_path)
+    notes += job.stop(("job",))
+    _write_rank_stats(run_path, job.by_rank)
+    return _finish(run_path, meta, rc, forwarded, world, notes)
+
+
+def _run(command: list[str], env: dict[str, str], run_path: Path) -> tuple[int, list[int]]:
+    """Start the command, forward SIGTERM/SIGINT/SIGHUP to it while it runs, and wait.
+
+    Returns:
+        (its return code, negative when a signal killed it; the signals forwarded).
+
+    Raises:
+        UsageError: the command could not start (the run is marked ``incomplete``).
+    """
+    from perfscope.store import update_run
 
     forwarded: list[int] = []
     try:
@@ -247,21 +225,24 @@ def launch(
         except (ValueError, OSError):
             pass  # not the main thread: the child still gets terminal signals directly
     try:
-        rc = child.wait()
+        return child.wait(), forwarded
     finally:
-        for signum, handler in previous.items():
+        for sig, handler in previous.items():
             try:
-                signal.signal(signum, handler)
+                signal.signal(sig, handler)
             except (ValueError, OSError):
                 pass
 
-    if options.nccl:
-        _ingest_nccl(run_path, notes)
+
+def _finish(
+    run_path: Path, meta: dict[str, Any], rc: int, forwarded: list[int], world: int | None, notes: list[str]
+) -> LaunchResult:
+    """Mark the run finished (``complete``, or ``incomplete`` when a signal killed the command)."""
+    from perfscope.store import load_meta, update_run
+
     status = "complete" if rc >= 0 else "incomplete"
-    exit_code = rc if rc >= 0 else 128 - rc
     try:
-        merged = load_meta(run_path)
-        ranks_meta = merged.get("ranks", [])
+        ranks_meta = load_meta(run_path).get("ranks", [])
     except Exception:  # noqa: BLE001
         ranks_meta = []
     ranks = sorted(int(r.get("rank", 0)) for r in ranks_meta)
@@ -269,7 +250,7 @@ def launch(
         notes.append(
             "no process of the command recorded anything: is it a Python program run with this environment's "
             "interpreter (perfscope must be importable there, and `python -I`/`-E` ignore PYTHONPATH)? "
-            "Set PERFSCOPE_DEBUG=1 to see each process's decision"
+            f"Set {ENV_DEBUG}=1 to see each process's decision"
         )
     fields: dict[str, Any] = {
         "status": status,
@@ -288,7 +269,7 @@ def launch(
     except Exception:  # noqa: BLE001
         final_status = status
     return LaunchResult(
-        run_path=run_path, exit_code=exit_code, status=final_status, ranks=ranks,
+        run_path=run_path, exit_code=rc if rc >= 0 else 128 - rc, status=final_status, ranks=ranks,
         warnings=_merge_warnings(ranks_meta), notes=notes,
     )
 

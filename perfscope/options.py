@@ -11,11 +11,13 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 
+from perfscope.collectors.base import CollectorOptions
+
 # Set by `perfscope record` for the job; their presence is what turns the injector on.
 ENV_RUN_DIR = "PERFSCOPE_RUN_DIR"
 ENV_RUN_ID = "PERFSCOPE_RUN_ID"
 # "<rank or ->:<pid>" of the process that records; helper processes it starts inherit it
-# and so know they must not record (see perfscope.collectors.inject).
+# and so know they must not record (see perfscope.recorder.inject).
 ENV_OWNER = "PERFSCOPE_OWNER"
 ENV_CUPTI = "PERFSCOPE_CUPTI"
 ENV_NCCL = "PERFSCOPE_NCCL"
@@ -58,6 +60,23 @@ class RecordOptions:
         """Names of the collectors these options ask for (``host`` for the host hooks)."""
         return [("host" if f.name == "host_hooks" else f.name) for f in fields(self) if f.name in _BOOL_ENV and getattr(self, f.name)]
 
+    def enabled(self, key: str) -> bool:
+        """True when the boolean option ``key`` (a collector registry line's ``option``) is on.
+
+        Raises:
+            UsageError: ``key`` names no boolean option (a registry line with a wrong option).
+        """
+        from perfscope.errors import UsageError
+
+        if key not in _BOOL_ENV:
+            raise UsageError(f"no record option {key!r} turns a collector on; add it to RecordOptions first")
+        return bool(getattr(self, key))
+
+    def collector_options(self, env: Mapping[str, str] | None = None) -> CollectorOptions:
+        """Return what the collectors read: these options plus the collector variables in ``env``
+        (default ``os.environ``; see :func:`collector_settings`)."""
+        return CollectorOptions(flush_interval_s=self.flush_interval_s, **collector_settings(env))
+
     def to_env(self) -> dict[str, str]:
         """Return the ``PERFSCOPE_*`` variables that carry these options to a child process."""
         env = {var: "1" if getattr(self, name) else "0" for name, var in _BOOL_ENV.items()}
@@ -80,9 +99,45 @@ class RecordOptions:
         return cls(**kw)  # type: ignore[arg-type]
 
 
+def env_run_dir(env: Mapping[str, str] | None = None) -> str | None:
+    """Return the run directory ``perfscope record`` gave this job (None: not recording)."""
+    env = os.environ if env is None else env
+    return env.get(ENV_RUN_DIR) or None
+
+
+def env_run_id(env: Mapping[str, str] | None = None) -> str | None:
+    """Return the run id ``perfscope record`` created the run with, or None."""
+    env = os.environ if env is None else env
+    return env.get(ENV_RUN_ID) or None
+
+
+def env_debug(env: Mapping[str, str] | None = None) -> bool:
+    """True when ``PERFSCOPE_DEBUG`` asks each process to say why it records or not."""
+    env = os.environ if env is None else env
+    return bool(env.get(ENV_DEBUG))
+
+
+# -- collector settings: expert variables a collector honours, read here and passed in
+# through CollectorOptions (collectors never read PERFSCOPE_* themselves).
+# Where CUPTI's API records come from: "callback" (default) or "activity".
+ENV_CUPTI_API = "PERFSCOPE_CUPTI_API"
+# A native CUPTI sink library to load instead of the built one (development).
+ENV_CUPTI_SINK = "PERFSCOPE_CUPTI_SINK"
+
+
+def collector_settings(env: Mapping[str, str] | None = None) -> dict[str, str | None]:
+    """Return the collector variables set in ``env`` (default ``os.environ``), as
+    :class:`perfscope.collectors.base.CollectorOptions` keywords (None: not set)."""
+    env = os.environ if env is None else env
+    return {
+        "cupti_api_source": env.get(ENV_CUPTI_API) or None,
+        "cupti_sink_library": env.get(ENV_CUPTI_SINK) or None,
+    }
+
+
 # Where launchers put a process's rank, in order of preference: torchrun (and most Python
 # launchers), Open MPI, MPICH/PMI, Slurm's srun.  Kept in step with
-# collectors/inject/_perfscope_decide.py, which cannot import this module.
+# perfscope/recorder/inject/_perfscope_decide.py, which cannot import this module.
 RANK_VARS = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID")
 LOCAL_RANK_VARS = ("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID")
 WORLD_SIZE_VARS = ("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS")
@@ -124,5 +179,6 @@ def _int(value: str | None) -> int | None:
 __all__ = [
     "RecordOptions", "env_rank", "env_local_rank", "env_world_size", "RANK_VARS", "LOCAL_RANK_VARS", "WORLD_SIZE_VARS",
     "ENV_RUN_DIR", "ENV_RUN_ID", "ENV_OWNER", "ENV_CUPTI", "ENV_NCCL", "ENV_NVML",
-    "ENV_HOST_HOOKS", "ENV_FLUSH_INTERVAL", "ENV_DEBUG",
+    "ENV_HOST_HOOKS", "ENV_FLUSH_INTERVAL", "ENV_DEBUG", "ENV_CUPTI_API", "ENV_CUPTI_SINK", "collector_settings",
+    "env_run_dir", "env_run_id", "env_debug",
 ]

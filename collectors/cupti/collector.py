@@ -86,8 +86,8 @@ class CuptiCollector:
             makes the records itself, so other API calls cost nothing) or ``activity``
             (CUPTI's RUNTIME/DRIVER activity kinds, which trace every call and are
             filtered per id).  ``callback`` falls back to ``activity`` when the subscriber
-            slot is held by an idle Kineto.  Default: ``$PERFSCOPE_CUPTI_API`` or
-            ``callback``.
+            slot is held by an idle Kineto.  Default ``callback`` (the recorder passes
+            ``PERFSCOPE_CUPTI_API`` through its options).
 
     Attributes:
         clock_offset_ns: add to CUPTI timestamps for Unix-epoch ns; 0 when CUPTI already
@@ -115,7 +115,7 @@ class CuptiCollector:
         self.buffer_mb = int(buffer_mb)
         self.max_buffers = int(max_buffers)
         self.max_pending_mb = int(max_pending_mb)
-        api_source = api_source or os.environ.get("PERFSCOPE_CUPTI_API") or DEFAULT_API_SOURCE
+        api_source = api_source or DEFAULT_API_SOURCE
         if api_source not in API_SOURCES:
             raise UsageError(f"unknown CUPTI API-record source {api_source!r}; choose from {list(API_SOURCES)}")
         self.api_source = api_source

@@ -23,13 +23,20 @@ STAT_NAMES = ("dropped_cupti", "dropped_sink", "api_filtered", "buffers", "buffe
 MAX_KIND = 64
 
 _lib: ctypes.CDLL | None = None
+_override: Path | None = None
+
+
+def use_library(path: str | os.PathLike[str] | None) -> None:
+    """Load ``path`` instead of the built sink (the recorder passes ``PERFSCOPE_CUPTI_SINK``);
+    None goes back to the built one.  Takes effect before the first :func:`load`."""
+    global _override
+    _override = Path(path) if path else None
 
 
 def library_path() -> Path | None:
-    """Return the built sink library (``$PERFSCOPE_CUPTI_SINK`` first), or None."""
-    env = os.environ.get("PERFSCOPE_CUPTI_SINK")
-    if env:
-        return Path(env)
+    """Return the sink library to load (the :func:`use_library` one first), or None."""
+    if _override is not None:
+        return _override
     here = Path(__file__).resolve().parent
     dirs = [here]
     try:

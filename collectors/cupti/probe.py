@@ -100,6 +100,20 @@ def cupti_version(path: str) -> int | None:
         return None
 
 
+def gpu_present() -> bool:
+    """True when this machine appears to have an NVIDIA GPU (device nodes, or torch says so
+    once its import has finished; never initialises CUDA itself)."""
+    if os.path.exists("/dev/nvidiactl") or os.path.exists("/dev/nvidia0"):
+        return True
+    torch = sys.modules.get("torch")
+    if torch is None or getattr(getattr(torch, "__spec__", None), "_initializing", False):
+        return False
+    try:
+        return bool(torch.cuda.is_available())
+    except Exception:  # noqa: BLE001 - half-imported or CPU-only torch
+        return False
+
+
 def available() -> tuple[bool, str]:
     """Can this process record GPU activity through CUPTI?
 

@@ -24,6 +24,7 @@ import time
 from collections import deque
 from typing import Any, Protocol
 
+from perfscope.collectors.base import CollectorContext, CollectorStats
 from perfscope.collectors.host.environment import (
     CLOCK_MEM,
     CLOCK_SM,
@@ -315,4 +316,38 @@ def _throttle_fn(nvml: Any) -> str:
     return "nvmlDeviceGetCurrentClocksEventReasons" if hasattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons") else "nvmlDeviceGetCurrentClocksThrottleReasons"
 
 
-__all__ = ["NvmlSampler", "METRICS"]
+class NvmlRecording:
+    """The NVML collector for the recorder: an :class:`NvmlSampler` over the rank's writer.
+
+    Without NVML it does not run and says nothing (the CUPTI collector's no-GPU note covers it).
+    """
+
+    def __init__(self) -> None:
+        self._sampler: NvmlSampler | None = None
+
+    def start(self, ctx: CollectorContext) -> bool:
+        """Start sampling every ``ctx.options.nvml_interval_s``; False without NVML."""
+        try:
+            sampler = NvmlSampler(ctx.writer, interval_s=ctx.options.nvml_interval_s)  # type: ignore[arg-type]
+            sampler.start()
+        except Exception as e:  # noqa: BLE001
+            ctx.note(f"NVML sampling failed to start ({type(e).__name__}: {e}); no GPU metrics")
+            return False
+        if sampler.available is False:
+            return False
+        self._sampler = sampler
+        return True
+
+    def flush(self) -> None:
+        """Nothing to do: the sampler hands rows to the writer about once a second."""
+
+    def stop(self) -> CollectorStats:
+        """Stop the sampler; its statistics go to ``collector_stats["nvml"]``."""
+        sampler, self._sampler = self._sampler, None
+        if sampler is None:
+            return CollectorStats()
+        stats = sampler.stop()
+        return CollectorStats(details={"nvml": stats} if isinstance(stats, dict) else {})
+
+
+__all__ = ["NvmlSampler", "NvmlRecording", "METRICS"]

@@ -51,6 +51,13 @@ def _run(cmd: list[str], *, cwd: Path, env: dict[str, str], timeout: float) -> s
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
+def _rows_on_disk(table_dir: Path) -> int:
+    """Rows in the part files written so far (a part is renamed into place only when complete)."""
+    import pyarrow.parquet as pq
+
+    return sum(pq.ParquetFile(p).metadata.num_rows for p in table_dir.glob("rank=0/part-*.parquet"))
+
+
 def _wait_for(path: Path, timeout_s: float = 60) -> str:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -135,8 +142,10 @@ def test_sigkill_leaves_a_readable_incomplete_run(tmp_path: Path) -> None:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     child_pid = int(_wait_for(ready))
     deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and not list((out / "markers").glob("rank=0/part-*.parquet")):
-        time.sleep(0.05)  # the background flusher writes within one interval
+    # The background flusher writes within one interval; a flush may have caught the loop
+    # halfway, so wait for the one after it (the killed run must hold every row flushed).
+    while time.monotonic() < deadline and _rows_on_disk(out / "markers") < 7:
+        time.sleep(0.05)
     os.kill(child_pid, signal.SIGKILL)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 128 + signal.SIGKILL, err

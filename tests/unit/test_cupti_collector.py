@@ -82,10 +82,34 @@ def test_api_records_come_from_the_callback_when_the_sink_can_subscribe(source, 
 
 
 def test_api_source_from_environment_and_bad_value(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The variable is read by perfscope.options and reaches the collector through the
+    # recorder's CollectorOptions and the CUPTI recording adapter.
+    import types
+    from pathlib import Path
+
+    from perfscope.collectors.base import CollectorContext
+    from perfscope.collectors.cupti import recording
+    from perfscope.options import RecordOptions
+
+    made: list[CuptiCollector] = []
+
+    class Recorded(CuptiCollector):
+        def start(self) -> None:
+            made.append(self)
+
+    fake = types.SimpleNamespace(available=lambda: (True, ""), CuptiCollector=Recorded, nvtx_injection_env=lambda: {})
+    monkeypatch.setattr(recording, "cupti", fake)
+
+    def api_source() -> str:
+        ctx = CollectorContext(run_path=Path("/nowhere"), rank=0, options=RecordOptions().collector_options(),
+                               note=lambda m: None, env={}, writer=_Writer())
+        assert recording.CuptiRecording().start(ctx)
+        return made[-1].api_source
+
     monkeypatch.setenv("PERFSCOPE_CUPTI_API", "activity")
-    assert CuptiCollector(_Writer()).api_source == "activity"
+    assert api_source() == "activity"
     monkeypatch.delenv("PERFSCOPE_CUPTI_API")
-    assert CuptiCollector(_Writer()).api_source == "callback"
+    assert api_source() == "callback"
     with pytest.raises(UsageError, match="API-record source"):
         CuptiCollector(_Writer(), api_source="sometimes")
 

@@ -280,7 +280,7 @@ def test_ranks_on_different_nodes_of_an_srun_job_derive_one_run_id(tmp_path: Pat
     # run id must not depend on it, or the other nodes' ranks wait for a run that never comes.
     import os
 
-    from perfscope.profiler import _job_run_id
+    from perfscope.recorder.runs import job_run_id
 
     monkeypatch.delenv("TORCHELASTIC_RUN_ID", raising=False)
     monkeypatch.setenv("SLURM_JOB_ID", "4242")
@@ -288,7 +288,7 @@ def test_ranks_on_different_nodes_of_an_srun_job_derive_one_run_id(tmp_path: Pat
     ids = set()
     for ppid in (100, 200):
         monkeypatch.setattr(os, "getppid", lambda ppid=ppid: ppid)
-        ids.add(_job_run_id(tmp_path / "run"))
+        ids.add(job_run_id(tmp_path / "run"))
     assert len(ids) == 1
 
 
@@ -297,12 +297,12 @@ def test_nvtx_injection_variable_is_removed_on_stop(tmp_path: Path, monkeypatch:
     import os
     import types
 
-    from perfscope import profiler as profiler_mod
+    from perfscope.collectors.cupti import recording
 
     class FakeCollector:
         clock_offset_ns = 0
 
-        def __init__(self, writer: Any) -> None:
+        def __init__(self, writer: Any, **_kw: Any) -> None:
             pass
 
         def start(self) -> None:
@@ -318,9 +318,7 @@ def test_nvtx_injection_variable_is_removed_on_stop(tmp_path: Path, monkeypatch:
         available=lambda: (True, ""), CuptiCollector=FakeCollector,
         nvtx_injection_env=lambda: {"NVTX_INJECTION64_PATH": "/opt/fake/libcupti.so"},
     )
-    real = profiler_mod._optional_module
-    monkeypatch.setattr(profiler_mod, "_optional_module",
-                        lambda name: (fake, None) if name == "perfscope.collectors.cupti" else real(name))
+    monkeypatch.setattr(recording, "cupti", fake)
     monkeypatch.delenv("NVTX_INJECTION64_PATH", raising=False)
     prof = perfscope.profile(tmp_path / "nvtx", cupti=True, nccl=False, nvml=False).start()
     assert os.environ["NVTX_INJECTION64_PATH"] == "/opt/fake/libcupti.so"

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
-from perfscope.collectors.inject import decide
+from perfscope.recorder.inject import decide
 from perfscope.errors import UsageError
 from perfscope.launch import child_env, default_output, guess_world_size
 from perfscope.options import RecordOptions
@@ -79,7 +79,7 @@ def test_options_round_trip_through_the_environment() -> None:
 def test_child_env_prepends_the_site_dir_and_drops_owner(tmp_path: "pytest.TempPathFactory") -> None:
     from pathlib import Path
 
-    from perfscope.collectors.inject import site_dir
+    from perfscope.recorder.inject import site_dir
 
     env = child_env(Path("/runs/r"), "abc", RecordOptions(), base={"PYTHONPATH": "/mine", "PERFSCOPE_OWNER": "0:1"})
     assert env["PYTHONPATH"] == site_dir() + ":/mine"
@@ -124,7 +124,7 @@ def test_exit_handler_swallows_a_failed_final_write(monkeypatch: pytest.MonkeyPa
     import os
     import signal
 
-    from perfscope.collectors import inject
+    from perfscope.recorder import inject
     from perfscope.errors import CollectorError
 
     registered: list = []
@@ -145,3 +145,15 @@ def test_exit_handler_swallows_a_failed_final_write(monkeypatch: pytest.MonkeyPa
     inject._install_exit_handlers(Failing())
     assert len(registered) == 1
     registered[0]()  # must not raise
+
+
+def test_the_start_up_decision_module_reads_the_same_variables_as_options() -> None:
+    # _perfscope_decide runs before perfscope can be imported, so it repeats these names.
+    from perfscope import options
+    from perfscope.recorder.inject import _perfscope_decide as d
+
+    assert (d.ENV_RUN_DIR, d.ENV_OWNER, d.ENV_DEBUG) == (options.ENV_RUN_DIR, options.ENV_OWNER, options.ENV_DEBUG)
+    assert d.RANK_VARS == options.RANK_VARS
+    env = {options.ENV_RUN_DIR: "/r", options.ENV_DEBUG: "1"}
+    assert d.recording_requested(env) and d.debugging(env) and options.env_debug(env)
+    assert not d.recording_requested({}) and not d.debugging({}) and options.env_run_dir({}) is None

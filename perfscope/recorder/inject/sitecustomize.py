@@ -3,7 +3,7 @@
 ``perfscope record`` prepends this file's folder to ``PYTHONPATH`` so that every Python
 process of the job imports it at start-up.  It first runs the ``sitecustomize`` it
 shadows (the next one on ``sys.path``, e.g. Debian's), then, only when
-``PERFSCOPE_RUN_DIR`` is set, lets :mod:`perfscope.collectors.inject` decide whether this
+``PERFSCOPE_RUN_DIR`` is set, lets :mod:`perfscope.recorder.inject` decide whether this
 process records.  Nothing here may break the user's program: every failure becomes one
 line on stderr.
 """
@@ -45,30 +45,40 @@ def _chain_next_sitecustomize() -> None:
 _chain_next_sitecustomize()
 
 
-def _records() -> bool:
-    """Decide with the stdlib-only module (loaded by path) before importing perfscope."""
+def _decide_module() -> object:
+    """The stdlib-only decision module, loaded by path before importing perfscope (which
+    would cost every helper process of the job pandas and pyarrow)."""
     import importlib.util
 
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_perfscope_decide.py")
     spec = importlib.util.spec_from_file_location("_perfscope_decide_site", path)
     if spec is None or spec.loader is None:
-        return True
+        raise ImportError(path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    ok, _, why = module.decide(os.environ, getattr(sys, "orig_argv", sys.argv), os.getpid())
-    if not ok and os.environ.get("PERFSCOPE_DEBUG"):
+    return module
+
+
+def _records(module: object) -> bool:
+    ok, _, why = module.decide(os.environ, getattr(sys, "orig_argv", sys.argv), os.getpid())  # type: ignore[attr-defined]
+    if not ok and module.debugging(os.environ):  # type: ignore[attr-defined]
         sys.stderr.write(f"perfscope[{os.getpid()}]: not recording: {why}; argv={getattr(sys, 'orig_argv', sys.argv)}\n")
     return bool(ok)
 
 
-if os.environ.get("PERFSCOPE_RUN_DIR"):
+try:
+    _decide = _decide_module()
+    _requested = _decide.recording_requested(os.environ)  # type: ignore[attr-defined]
+except Exception:  # noqa: BLE001 - a broken install: let bootstrap decide (and report) instead
+    _decide, _requested = None, True
+if _requested:
     try:
-        _record_here = _records()
+        _record_here = _decide is None or _records(_decide)
     except Exception:  # noqa: BLE001 - let bootstrap decide (and report) instead
         _record_here = True
     if _record_here:
         try:
-            from perfscope.collectors.inject import bootstrap as _perfscope_bootstrap
+            from perfscope.recorder.inject import bootstrap as _perfscope_bootstrap
         except Exception as _e:  # noqa: BLE001 - e.g. another interpreter without perfscope installed
             sys.stderr.write(
                 f"perfscope: not recording this process ({sys.executable}): perfscope cannot be imported here "

@@ -11,9 +11,11 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 
-# Kept in step with perfscope.options (this module cannot import it).
+# The start-up twin of perfscope.options: it reads the variables the hook needs before
+# perfscope can be imported.  Kept in step with perfscope.options (a unit test checks it).
 ENV_RUN_DIR = "PERFSCOPE_RUN_DIR"
 ENV_OWNER = "PERFSCOPE_OWNER"
+ENV_DEBUG = "PERFSCOPE_DEBUG"
 RANK_VARS = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID")
 
 AGENT_PROGRAMS = ("torchrun", "accelerate", "deepspeed")
@@ -88,6 +90,16 @@ def decide(env: Mapping[str, str], argv: Sequence[str], pid: int) -> tuple[bool,
     return True, rank, f"rank {rank} from the launcher's environment"
 
 
+def recording_requested(env: Mapping[str, str]) -> bool:
+    """True when ``perfscope record`` started this job (its run directory is set)."""
+    return bool(env.get(ENV_RUN_DIR))
+
+
+def debugging(env: Mapping[str, str]) -> bool:
+    """True when each process should say on stderr why it records or not."""
+    return bool(env.get(ENV_DEBUG))
+
+
 def env_rank(env: Mapping[str, str]) -> int | None:
     """The rank a launcher gave the process: RANK, else Open MPI's, PMI's or Slurm's (None: none)."""
     for name in RANK_VARS:
@@ -106,4 +118,4 @@ def _int(value: str | None) -> int | None:
         return None
 
 
-__all__ = ["decide", "env_rank", "AGENT_PROGRAMS", "AGENT_MODULES", "RANK_VARS"]
+__all__ = ["decide", "env_rank", "recording_requested", "debugging", "AGENT_PROGRAMS", "AGENT_MODULES", "RANK_VARS"]

@@ -4,7 +4,7 @@
 ``sitecustomize.py``) to ``PYTHONPATH`` and sets ``PERFSCOPE_RUN_DIR`` and the options
 (:mod:`perfscope.options`).  Every Python process of the job then runs :func:`bootstrap`
 at start-up, which decides whether this process is a rank that records
-(:func:`decide`) and, if so, starts a :class:`perfscope.profiler.Profiler` for it and
+(:func:`decide`) and, if so, starts a :class:`perfscope.recorder.profiler.Profiler` for it and
 makes sure it is flushed however the process ends:
 
 * normal exit and ``sys.exit``: ``atexit`` stops the profiler (rank status ``complete``);
@@ -29,7 +29,7 @@ Which processes record (:func:`decide`):
   ``accelerate``, ``deepspeed``), ``multiprocessing`` spawn/forkserver children
   (DataLoader workers with the spawn start method), children of a recording process
   without a ``RANK`` of their own.  Forked children (DataLoader workers on Linux) never
-  run this code; :mod:`perfscope.profiler` makes them inert at fork.
+  run this code; :mod:`perfscope.recorder.state` makes them inert at fork.
 """
 from __future__ import annotations
 
@@ -42,8 +42,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from perfscope.collectors.inject._perfscope_decide import AGENT_MODULES, AGENT_PROGRAMS, decide, env_rank
-from perfscope.options import ENV_DEBUG, ENV_OWNER, ENV_RUN_DIR, ENV_RUN_ID, RecordOptions, env_local_rank
+from perfscope.options import ENV_OWNER, RecordOptions, env_debug, env_local_rank, env_rank, env_run_dir, env_run_id
+from perfscope.recorder.inject._perfscope_decide import AGENT_MODULES, AGENT_PROGRAMS, decide
 
 _real_exit = os._exit  # before bootstrap wraps it
 
@@ -54,7 +54,7 @@ def site_dir() -> str:
 
 
 def _debug(message: str) -> None:
-    if os.environ.get(ENV_DEBUG):
+    if env_debug():
         sys.stderr.write(f"perfscope[{os.getpid()}]: {message}\n")
 
 
@@ -79,15 +79,15 @@ def bootstrap() -> Any:
 
 
 def _start(rank: int) -> Any:
-    from perfscope.profiler import Profiler
+    from perfscope.recorder.profiler import Profiler
 
     lr = env_local_rank()
     prof = Profiler(
-        os.environ[ENV_RUN_DIR],
+        env_run_dir(),
         options=RecordOptions.from_env(),
         rank=rank,
         local_rank=lr if lr is not None else 0,
-        run_id=os.environ.get(ENV_RUN_ID),
+        run_id=env_run_id(),
         source="record",
         injected=True,
     )
