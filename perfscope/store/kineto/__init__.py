@@ -93,7 +93,11 @@ from __future__ import annotations
 
 from perfscope.store.kineto.importer import ImportResult, ProgressFn, import_kineto
 from perfscope.store.kineto.parse import (
-    is_nccl_kernel, parse_memcpy_name, parse_memset_kind, parse_nccl_kernel, parse_sync_kind,
+    is_nccl_kernel,
+    parse_memcpy_name,
+    parse_memset_kind,
+    parse_nccl_kernel,
+    parse_sync_kind,
 )
 from perfscope.store.names import dtype_size, normalize_collective
 

@@ -231,15 +231,15 @@ _DECODED_ARGS = frozenset({EventArgs, ApiCallArgs})
 _NONE_TYPE = type(None)
 
 
-def decode_args_batch(events: list[Event], *, store: bool = True,
-                       decoder: msgspec.json.Decoder = ARGS_LIST_DECODER) -> list[EventArgs]:
+def decode_args_batch(events: list[Event], *,
+                      decoder: msgspec.json.Decoder = ARGS_LIST_DECODER) -> list[EventArgs]:
     """Decode the Raw ``args`` of ``events`` (in one call) and return every event's
     :class:`EventArgs` (an empty one where an event has none).  Decoded args are stored back on
-    the events, so that none keeps pointing into the JSON text (``store`` is accepted for
-    compatibility and ignored); events already decoded are left as they are."""
+    the events, so that none keeps pointing into the JSON text; events already decoded are
+    left as they are."""
     raws = [e.args for e in events]  # (a comprehension reads struct fields faster than attrgetter)
     kinds = set(map(type, raws))
-    if kinds <= _DECODED_ARGS:  # decoded with the events (filtered texts: CompleteFloatTimesArgs, CompleteRawTimesArgs) or before
+    if kinds <= _DECODED_ARGS:  # decoded with the events (filtered texts) or before
         return raws
     if _NONE_TYPE in kinds:  # decoded with the events, some without args or with "args": null
         for e in events:

@@ -95,71 +95,56 @@ def sync_table(sync: list[Event], launches: LaunchIndex, base_ns: int) -> dict[s
 
 
 
+class _CommsOps:
+    """The ``record_param_comms`` ops of a rank, to find the one that launched a kernel:
+    by the ``External id`` the kernel carries, or else the innermost op around the
+    launching API call on its thread."""
+
+    def __init__(self, rpc: list[Event]) -> None:
+        self.by_ext = {e.args.external_id: e for e in rpc if e.args is not None and isinstance(e.args.external_id, int)}
+        # Per thread: rpc ops sorted by start, to find the innermost one around a launch.
+        rpc_ts = ts_ns(rpc) if rpc else np.zeros(0, np.int64)
+        rpc_dur = dur_ns(rpc) if rpc else np.zeros(0, np.int64)
+        self.by_thread: dict[tuple[Any, Any], list[tuple[int, int, Event]]] = {}
+        for e, t0, d in zip(rpc, rpc_ts.tolist(), rpc_dur.tolist()):
+            self.by_thread.setdefault((e.pid, e.tid), []).append((t0, t0 + d, e))
+        for lst in self.by_thread.values():
+            lst.sort(key=lambda x: x[0])
+        self.starts = {k: [x[0] for x in v] for k, v in self.by_thread.items()}
+
+    def of(self, kernel: Event, launch: Launch | None) -> Event | None:
+        """The op that launched ``kernel`` (whose launching API call is ``launch``), or None."""
+        op = self.by_ext.get(kernel.args.external_id) if kernel.args is not None else None
+        if op is None and launch is not None:
+            thread = (launch.pid, launch.tid)
+            op = _enclosing(self.by_thread.get(thread), self.starts.get(thread), launch.ts_ns)
+        return op
+
+
+_KERNEL_COLUMNS = ("enqueue_ns", "comm_id", "seq", "func", "count", "datatype", "bytes", "nranks",
+                   "algorithm", "protocol", "kernel_name", "device", "stream", "correlation")
+
+
 def collectives_from_kernels(
     nccl: list[Event], rpc: list[Event], api_by_corr: LaunchIndex, base_ns: int, warnings: list[str]
 ) -> dict[str, Any]:
-    """One row per NCCL kernel, with record_param_comms arguments where they can be linked."""
-    by_ext = {e.args.external_id: e for e in rpc if e.args is not None and isinstance(e.args.external_id, int)}
-    # Per thread: rpc ops sorted by start, to find the innermost one around a launch.
-    rpc_ts = ts_ns(rpc) if rpc else np.zeros(0, np.int64)
-    rpc_dur = dur_ns(rpc) if rpc else np.zeros(0, np.int64)
-    by_thread: dict[tuple[Any, Any], list[tuple[int, int, Event]]] = {}
-    for e, t0, d in zip(rpc, rpc_ts.tolist(), rpc_dur.tolist()):
-        by_thread.setdefault((e.pid, e.tid), []).append((t0, t0 + d, e))
-    for lst in by_thread.values():
-        lst.sort(key=lambda x: x[0])
-    starts_by_thread = {k: [x[0] for x in v] for k, v in by_thread.items()}
-
-    launches = [api_by_corr.get(arg_of(k, "correlation")) for k in nccl]
-    launch_ts = np.array([a.ts_ns if a is not None else 0 for a in launches], dtype=np.int64)
-
-    rows: dict[str, list[Any]] = {k: [] for k in (
-        "enqueue_ns", "comm_id", "seq", "func", "count", "datatype", "bytes", "nranks",
-        "algorithm", "protocol", "kernel_name", "device", "stream", "correlation")}
+    """The ``collectives`` table: one row per NCCL kernel, with the arguments of its
+    ``record_param_comms`` op where it can be linked (a warning says how many could not)."""
+    ops = _CommsOps(rpc)
+    rows: dict[str, list[Any]] = {k: [] for k in _KERNEL_COLUMNS}
     unlinked = 0
-    for k, launch, lts in zip(nccl, launches, launch_ts.tolist()):
-        a = k.args
+    for k in nccl:
+        launch = api_by_corr.get(arg_of(k, "correlation"))
         # Newer Kineto copies the collective's arguments onto the kernel; older traces only
         # have them on the launching record_param_comms op.  Use the kernel's, fill the
         # rest (e.g. seq) from the op.
-        op = None
-        if a is not None:
-            op = by_ext.get(a.external_id)
-        if op is None and launch is not None:
-            op = _enclosing(by_thread.get((launch.pid, launch.tid)), starts_by_thread.get((launch.pid, launch.tid)), lts)
-        sources = [x for x in (a, op.args if op is not None else None) if x is not None]
-
-        def pick(attr: str) -> Any:
-            for x in sources:
-                v = getattr(x, attr)
-                if v is not None:
-                    return v
-            return None
-
-        func_k, algo, proto = parse_nccl_kernel(k.name)
-        collective = pick("collective")
-        if collective is None:
+        op = ops.of(k, launch)
+        row = _kernel_row(k, [x for x in (k.args, op.args if op is not None else None) if x is not None])
+        row["enqueue_ns"] = launch.ts_ns + base_ns if launch is not None else None
+        if not row.pop("linked"):
             unlinked += 1
-        nin, nout = to_int(pick("in_nelems")), to_int(pick("out_nelems"))
-        both = [n for n in (nin, nout) if n is not None]
-        count = min(both) if both else None
-        dtype = str_or_none(pick("dtype"))
-        size = dtype_size(dtype)
-        comm = pick("pg_name")
-        rows["enqueue_ns"].append(int(lts) + base_ns if launch is not None else None)
-        rows["comm_id"].append(str_or_none(comm if comm is not None else pick("pg_id")))
-        rows["seq"].append(to_int(pick("seq")))
-        rows["func"].append(normalize_collective(collective) or func_k)
-        rows["count"].append(count)
-        rows["datatype"].append(dtype)
-        rows["bytes"].append(count * size if count is not None and size is not None else None)
-        rows["nranks"].append(to_int(pick("group_size")))
-        rows["algorithm"].append(algo)
-        rows["protocol"].append(proto)
-        rows["kernel_name"].append(str_or_none(k.name))
-        rows["device"].append(device_of(k))
-        rows["stream"].append(stream_of(k))
-        rows["correlation"].append(arg_of(k, "correlation"))
+        for name in _KERNEL_COLUMNS:
+            rows[name].append(row[name])
     if unlinked:
         warnings.append(
             f"{unlinked} of {len(nccl)} NCCL kernels have no collective arguments (no linked record_param_comms "
@@ -174,6 +159,44 @@ def collectives_from_kernels(
         "protocol": rows["protocol"], "kernel_name": rows["kernel_name"],
         "device": int_col(rows["device"], pa.int32()), "stream": int_col(rows["stream"]),
         "correlation": int_col(rows["correlation"]), "source": ["kineto"] * len(nccl),
+    }
+
+
+def _kernel_row(k: Event, sources: list[Any]) -> dict[str, Any]:
+    """One NCCL kernel's collectives row (but ``enqueue_ns``) from its name and the first of
+    ``sources`` (its args, then its op's) that has each argument; ``linked`` says whether
+    one of them named the collective."""
+
+    def pick(attr: str) -> Any:
+        for x in sources:
+            v = getattr(x, attr)
+            if v is not None:
+                return v
+        return None
+
+    func_k, algo, proto = parse_nccl_kernel(k.name)
+    collective = pick("collective")
+    nin, nout = to_int(pick("in_nelems")), to_int(pick("out_nelems"))
+    both = [n for n in (nin, nout) if n is not None]
+    count = min(both) if both else None
+    dtype = str_or_none(pick("dtype"))
+    size = dtype_size(dtype)
+    comm = pick("pg_name")
+    return {
+        "linked": collective is not None,
+        "comm_id": str_or_none(comm if comm is not None else pick("pg_id")),
+        "seq": to_int(pick("seq")),
+        "func": normalize_collective(collective) or func_k,
+        "count": count,
+        "datatype": dtype,
+        "bytes": count * size if count is not None and size is not None else None,
+        "nranks": to_int(pick("group_size")),
+        "algorithm": algo,
+        "protocol": proto,
+        "kernel_name": str_or_none(k.name),
+        "device": device_of(k),
+        "stream": stream_of(k),
+        "correlation": arg_of(k, "correlation"),
     }
 
 

@@ -134,147 +134,179 @@ def concat_columns(pieces: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def basic_tables(c: Classified, base_ns: int, pid_map: dict[Any, Any] | None,
-                  device_map: dict[Any, Any] | None = None, *,
-                  api_parts: list[tuple[list[Any], list[Any], list[Any], np.ndarray]] | None = None,
-                  ) -> dict[str, dict[str, Any]]:
+                 device_map: dict[Any, Any] | None = None, *,
+                 api_parts: list[tuple[list[Any], list[Any], list[Any], np.ndarray]] | None = None,
+                 ) -> dict[str, dict[str, Any]]:
     """The tables whose rows need nothing from other chunks: api, kernels, memcpy, memset,
-    markers, steps, host and metrics (each {column: values}).
+    markers, steps, host and metrics (each {column: values}, in that order).
 
-    ``api_parts``, when given, gets the API calls' (args, pids, tids, start_ns) appended
-    (pids and tids as in the events, start with the base), for the launch index."""
-    kernels, memcpy, memset, api = c.kernels, c.memcpy, c.memset, c.api
-    markers, gpu_markers, steps, host, metrics = c.markers, c.gpu_markers, c.steps, c.host, c.metrics
+    Args:
+        c: one chunk's events, by kind.
+        base_ns: ``baseTimeNanoseconds``, added to every start.
+        pid_map: exported pid -> original host pid (perfscope's own exports), or None.
+        device_map: exported GPU pid -> device (perfscope's own exports), or None.
+        api_parts: when given, gets the API calls' (args, pids, tids, start_ns) appended
+            (pids and tids as in the events, start with the base), for the launch index.
+    """
     out: dict[str, dict[str, Any]] = {}
-
-    # -- api -----------------------------------------------------------------------------
-    if api:
-        api_args = decode_args_batch(api)
-        x = extras(api_args)
-        start, dur = event_times(api, base_ns)
-        pids = [e.pid for e in api]
-        tids = [e.tid for e in api]
-        out["api"] = {
-            "start_ns": start, "dur_ns": dur,
-            "pid": int_col(with_extra(mapped(pids, pid_map), x, "pid")),
-            "tid": int_col(with_extra(tids, x, "tid")),
-            "correlation": int_col([a.correlation for a in api_args]),
-            "name": str_array([e.name for e in api]),
-            "kind": with_extra(["driver" if e.cat == "cuda_driver" else "runtime" for e in api], x, "kind"),
-            "cbid": int_col([a.cbid for a in api_args], pa.int32()),
-        }
-        if api_parts is not None:
-            api_parts.append((api_args, pids, tids, start))
-
-    # -- kernels -------------------------------------------------------------------------
-    if kernels:
-        args = decode_args_batch(kernels)
-        start, dur = event_times(kernels, base_ns)
-        gx, gy, gz = _triples([a.grid for a in args])
-        bx, by, bz = _triples([a.block for a in args])
-        out["kernels"] = {
-            "start_ns": start, "dur_ns": dur,
-            "device": ints_or([a.device for a in args], [e.pid for e in kernels], pa.int32()),
-            "stream": ints_or([a.stream for a in args], [e.tid for e in kernels]),
-            "correlation": int_col([a.correlation for a in args]),
-            "name": str_array([e.name for e in kernels]),
-            "grid_x": gx, "grid_y": gy, "grid_z": gz, "block_x": bx, "block_y": by, "block_z": bz,
-            "registers_per_thread": int_col([a.registers for a in args], pa.int32()),
-            "shared_mem_bytes": int_col([a.shared_memory for a in args]),
-            "graph_id": int_col([a.graph_id for a in args]),
-        }
-
-    # -- memcpy / memset -----------------------------------------------------------------
-    if memcpy:
-        args = decode_args_batch(memcpy, store=False)
-        x = extras(args)
-        start, dur = event_times(memcpy, base_ns)
-        cache: dict[Any, tuple[str, str, str, bool]] = {}
-        parsed = [cache.get(e.name) or cache.setdefault(e.name, parse_memcpy_name(e.name if isinstance(e.name, str) else ""))
-                  for e in memcpy]
-        out["memcpy"] = {
-            "start_ns": start, "dur_ns": dur,
-            "device": ints_or([a.device for a in args], [e.pid for e in memcpy], pa.int32()),
-            "stream": ints_or([a.stream for a in args], [e.tid for e in memcpy]),
-            "correlation": int_col([a.correlation for a in args]),
-            "copy_kind": with_extra([p[0] for p in parsed], x, "copy_kind"),
-            "bytes": int_col([a.bytes for a in args]),
-            "src_kind": with_extra([p[1] for p in parsed], x, "src_kind"),
-            "dst_kind": with_extra([p[2] for p in parsed], x, "dst_kind"),
-            "pageable": bool_array(with_extra([p[3] for p in parsed], x, "pageable")),
-        }
-    if memset:
-        args = decode_args_batch(memset, store=False)
-        x = extras(args)
-        start, dur = event_times(memset, base_ns)
-        out["memset"] = {
-            "start_ns": start, "dur_ns": dur,
-            "device": ints_or([a.device for a in args], [e.pid for e in memset], pa.int32()),
-            "stream": ints_or([a.stream for a in args], [e.tid for e in memset]),
-            "correlation": int_col([a.correlation for a in args]),
-            "bytes": int_col([a.bytes for a in args]),
-            "value": int_col(with_extra([None] * len(memset), x, "value")),
-            "mem_kind": with_extra([parse_memset_kind(e.name if isinstance(e.name, str) else "") for e in memset], x, "mem_kind"),
-        }
-
-    # -- markers: host annotations then GPU annotations ----------------------------------
-    gpu_args = decode_args_batch(gpu_markers, store=False)
-    all_markers = markers + gpu_markers
-    if all_markers:
-        args = [e.args for e in markers] + gpu_args
-        x = extras(args)
-        n_host = len(markers)
-        start, dur = event_times(all_markers, base_ns)
-        cats = [e.cat for e in all_markers]
-        out["markers"] = {
-            "start_ns": start, "dur_ns": dur,
-            "pid": int_col(with_extra(mapped_pids(markers, pid_map) + [None] * len(gpu_markers), x, "pid")),
-            "tid": int_col(with_extra([e.tid for e in markers] + [None] * len(gpu_markers), x, "tid")),
-            "name": str_array([e.name for e in all_markers]),
-            "domain": with_extra(cats, x, "domain"),
-            "source": with_extra(cats, x, "source"),
-            "device": int_col(with_extra([None] * n_host + [a.device if a.device is not None else e.pid
-                                                               for a, e in zip(gpu_args, gpu_markers)], x, "device"), pa.int32()),
-            "stream": int_col(with_extra([None] * n_host + [a.stream if a.stream is not None else e.tid
-                                                               for a, e in zip(gpu_args, gpu_markers)], x, "stream")),
-        }
-
-    # -- steps ---------------------------------------------------------------------------
-    if steps:
-        evs = [e for _, e in steps]
-        start, dur = event_times(evs, base_ns)
-        x = extras([e.args for e in evs])
-        out["steps"] = {
-            "step": np.array([n for n, _ in steps], np.int64),
-            "start_ns": start, "dur_ns": dur,
-            "name": str_array([e.name for e in evs]),
-            "source": with_extra(["profiler_step"] * len(evs), x, "source"),
-        }
-
-    # -- host (perfscope exports only) ---------------------------------------------------
-    if host:
-        args = decode_args_batch(host, store=False)
-        x = extras(args) or [{}] * len(host)
-        start, dur = event_times(host, base_ns)
-        out["host"] = {
-            "start_ns": start, "dur_ns": dur,
-            "tid": int_col(with_extra([e.tid for e in host], x, "tid")),
-            "kind": [p.get("kind", "other") for p in x],
-            "name": str_array([e.name for e in host]),
-        }
-
-    # -- metrics (perfscope exports only) ------------------------------------------------
-    if metrics:
-        args = decode_args_batch(metrics)
-        # A counter's device is the GPU process it sits in (the export's pid map says which).
-        devices = device_map or {}
-        out["metrics"] = {
-            "ts_ns": ts_ns(metrics) + base_ns,
-            "device": int_col([devices.get(e.pid, e.pid) for e in metrics], pa.int32()),
-            "metric": str_array([e.name for e in metrics]),
-            "value": float_array([to_float(a.value) for a in args]),
-        }
-
+    if c.api:
+        out["api"] = _api_table(c.api, base_ns, pid_map, api_parts)
+    if c.kernels:
+        out["kernels"] = _kernels_table(c.kernels, base_ns)
+    if c.memcpy:
+        out["memcpy"] = _memcpy_table(c.memcpy, base_ns)
+    if c.memset:
+        out["memset"] = _memset_table(c.memset, base_ns)
+    if c.markers or c.gpu_markers:
+        out["markers"] = _markers_table(c.markers, c.gpu_markers, base_ns, pid_map)
+    if c.steps:
+        out["steps"] = _steps_table(c.steps, base_ns)
+    if c.host:
+        out["host"] = _host_table(c.host, base_ns)
+    if c.metrics:
+        out["metrics"] = _metrics_table(c.metrics, base_ns, device_map)
     return out
+
+
+def _api_table(api: list[Event], base_ns: int, pid_map: dict[Any, Any] | None,
+               api_parts: list[tuple[list[Any], list[Any], list[Any], np.ndarray]] | None) -> dict[str, Any]:
+    """The ``api`` table (CUDA runtime and driver calls); see :func:`basic_tables`."""
+    api_args = decode_args_batch(api)
+    x = extras(api_args)
+    start, dur = event_times(api, base_ns)
+    pids = [e.pid for e in api]
+    tids = [e.tid for e in api]
+    table = {
+        "start_ns": start, "dur_ns": dur,
+        "pid": int_col(with_extra(mapped(pids, pid_map), x, "pid")),
+        "tid": int_col(with_extra(tids, x, "tid")),
+        "correlation": int_col([a.correlation for a in api_args]),
+        "name": str_array([e.name for e in api]),
+        "kind": with_extra(["driver" if e.cat == "cuda_driver" else "runtime" for e in api], x, "kind"),
+        "cbid": int_col([a.cbid for a in api_args], pa.int32()),
+    }
+    if api_parts is not None:
+        api_parts.append((api_args, pids, tids, start))
+    return table
+
+
+def _kernels_table(kernels: list[Event], base_ns: int) -> dict[str, Any]:
+    """The ``kernels`` table."""
+    args = decode_args_batch(kernels)
+    start, dur = event_times(kernels, base_ns)
+    gx, gy, gz = _triples([a.grid for a in args])
+    bx, by, bz = _triples([a.block for a in args])
+    return {
+        "start_ns": start, "dur_ns": dur,
+        "device": ints_or([a.device for a in args], [e.pid for e in kernels], pa.int32()),
+        "stream": ints_or([a.stream for a in args], [e.tid for e in kernels]),
+        "correlation": int_col([a.correlation for a in args]),
+        "name": str_array([e.name for e in kernels]),
+        "grid_x": gx, "grid_y": gy, "grid_z": gz, "block_x": bx, "block_y": by, "block_z": bz,
+        "registers_per_thread": int_col([a.registers for a in args], pa.int32()),
+        "shared_mem_bytes": int_col([a.shared_memory for a in args]),
+        "graph_id": int_col([a.graph_id for a in args]),
+    }
+
+
+def _memcpy_table(memcpy: list[Event], base_ns: int) -> dict[str, Any]:
+    """The ``memcpy`` table (copy and memory kinds from the names, parsed once per name)."""
+    args = decode_args_batch(memcpy)
+    x = extras(args)
+    start, dur = event_times(memcpy, base_ns)
+    cache: dict[Any, tuple[str, str, str, bool]] = {}
+    parsed = [cache.get(e.name) or cache.setdefault(e.name, parse_memcpy_name(e.name if isinstance(e.name, str) else ""))
+              for e in memcpy]
+    return {
+        "start_ns": start, "dur_ns": dur,
+        "device": ints_or([a.device for a in args], [e.pid for e in memcpy], pa.int32()),
+        "stream": ints_or([a.stream for a in args], [e.tid for e in memcpy]),
+        "correlation": int_col([a.correlation for a in args]),
+        "copy_kind": with_extra([p[0] for p in parsed], x, "copy_kind"),
+        "bytes": int_col([a.bytes for a in args]),
+        "src_kind": with_extra([p[1] for p in parsed], x, "src_kind"),
+        "dst_kind": with_extra([p[2] for p in parsed], x, "dst_kind"),
+        "pageable": bool_array(with_extra([p[3] for p in parsed], x, "pageable")),
+    }
+
+
+def _memset_table(memset: list[Event], base_ns: int) -> dict[str, Any]:
+    """The ``memset`` table."""
+    args = decode_args_batch(memset)
+    x = extras(args)
+    start, dur = event_times(memset, base_ns)
+    return {
+        "start_ns": start, "dur_ns": dur,
+        "device": ints_or([a.device for a in args], [e.pid for e in memset], pa.int32()),
+        "stream": ints_or([a.stream for a in args], [e.tid for e in memset]),
+        "correlation": int_col([a.correlation for a in args]),
+        "bytes": int_col([a.bytes for a in args]),
+        "value": int_col(with_extra([None] * len(memset), x, "value")),
+        "mem_kind": with_extra([parse_memset_kind(e.name if isinstance(e.name, str) else "") for e in memset], x, "mem_kind"),
+    }
+
+
+def _markers_table(markers: list[Event], gpu_markers: list[Event], base_ns: int,
+                   pid_map: dict[Any, Any] | None) -> dict[str, Any]:
+    """The ``markers`` table: host annotations (pid, tid), then GPU ones (device, stream)."""
+    gpu_args = decode_args_batch(gpu_markers)
+    all_markers = markers + gpu_markers
+    args = [e.args for e in markers] + gpu_args
+    x = extras(args)
+    n_host = len(markers)
+    start, dur = event_times(all_markers, base_ns)
+    cats = [e.cat for e in all_markers]
+    return {
+        "start_ns": start, "dur_ns": dur,
+        "pid": int_col(with_extra(mapped_pids(markers, pid_map) + [None] * len(gpu_markers), x, "pid")),
+        "tid": int_col(with_extra([e.tid for e in markers] + [None] * len(gpu_markers), x, "tid")),
+        "name": str_array([e.name for e in all_markers]),
+        "domain": with_extra(cats, x, "domain"),
+        "source": with_extra(cats, x, "source"),
+        "device": int_col(with_extra([None] * n_host + [a.device if a.device is not None else e.pid
+                                                           for a, e in zip(gpu_args, gpu_markers)], x, "device"), pa.int32()),
+        "stream": int_col(with_extra([None] * n_host + [a.stream if a.stream is not None else e.tid
+                                                           for a, e in zip(gpu_args, gpu_markers)], x, "stream")),
+    }
+
+
+def _steps_table(steps: list[tuple[int, Event]], base_ns: int) -> dict[str, Any]:
+    """The ``steps`` table from (step number, event) pairs."""
+    evs = [e for _, e in steps]
+    start, dur = event_times(evs, base_ns)
+    x = extras([e.args for e in evs])
+    return {
+        "step": np.array([n for n, _ in steps], np.int64),
+        "start_ns": start, "dur_ns": dur,
+        "name": str_array([e.name for e in evs]),
+        "source": with_extra(["profiler_step"] * len(evs), x, "source"),
+    }
+
+
+def _host_table(host: list[Event], base_ns: int) -> dict[str, Any]:
+    """The ``host`` table (perfscope's own exports only)."""
+    args = decode_args_batch(host)
+    x = extras(args) or [{}] * len(host)
+    start, dur = event_times(host, base_ns)
+    return {
+        "start_ns": start, "dur_ns": dur,
+        "tid": int_col(with_extra([e.tid for e in host], x, "tid")),
+        "kind": [p.get("kind", "other") for p in x],
+        "name": str_array([e.name for e in host]),
+    }
+
+
+def _metrics_table(metrics: list[Event], base_ns: int, device_map: dict[Any, Any] | None) -> dict[str, Any]:
+    """The ``metrics`` table (counters of perfscope's own exports only)."""
+    args = decode_args_batch(metrics)
+    # A counter's device is the GPU process it sits in (the export's pid map says which).
+    devices = device_map or {}
+    return {
+        "ts_ns": ts_ns(metrics) + base_ns,
+        "device": int_col([devices.get(e.pid, e.pid) for e in metrics], pa.int32()),
+        "metric": str_array([e.name for e in metrics]),
+        "value": float_array([to_float(a.value) for a in args]),
+    }
 
 
 
