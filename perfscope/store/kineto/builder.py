@@ -37,8 +37,6 @@ def _detach(*groups: list[Any]) -> None:
                 e.ts_raw, e.dur_raw = e.ts_raw.copy(), e.dur_raw.copy()
 
 
-
-
 class EventRankBuilder:
     """Builds one rank's tables from chunks of events, holding columns, not events.
 
@@ -104,7 +102,6 @@ class EventRankBuilder:
         elif self.nccl:
             out["collectives"] = collectives_from_kernels(self.nccl, self.rpc, launches, self.base_ns, warnings)
         return rank_tables(out, warnings)
-
 
 
 def build_rank_tables(events: Iterable[Event] | Classified, base_ns: int, *, pid_map: dict[Any, Any] | None = None) -> RankTables:

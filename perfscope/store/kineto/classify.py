@@ -1,4 +1,5 @@
-"""Sorting a chunk of events into the kinds the tables keep; the pre-filter's rules."""
+"""Sorting a chunk of events into the kinds the tables keep (:class:`Classified`), and
+the same rules for the native pre-filter (:data:`FILTER_RULES`)."""
 from __future__ import annotations
 
 from collections.abc import Iterable
@@ -15,6 +16,24 @@ from perfscope.store.kineto.events import (
     Event,
 )
 from perfscope.store.kineto.parse import STEP_RE
+
+
+#: Names of cpu_op events some table keeps (record_param_comms ops, old-style steps).
+CPU_OP_PREFIXES = ("record_param_comms", "ProfilerStep#")
+_NAME = attrgetter("name")
+#: Kineto category -> the kind (:class:`Classified` list) its kept events go to.
+CAT_KIND = {
+    "cpu_op": "cpu_op", "cuda_runtime": "api", "cuda_driver": "api", "kernel": "kernels",
+    "user_annotation": "annotations", "gpu_memcpy": "memcpy", "gpu_memset": "memset", "cuda_sync": "sync",
+    "gpu_user_annotation": "gpu_markers", "perfscope_host": "host", "perfscope_collective": "colls",
+    "perfscope_metric": "metrics",
+}
+
+
+def kept_phase(kind: str) -> str:
+    """The phase of the events of ``kind`` (a value of :data:`CAT_KIND`) that are kept:
+    counters (``C``) for metrics, complete events (``X``) for every other kind."""
+    return "C" if kind == "metrics" else "X"
 
 
 @dataclass
@@ -95,23 +114,7 @@ class Classified:
                 getattr(self, kind).extend(evs)
 
 
-CPU_OP_PREFIXES = ("record_param_comms", "ProfilerStep#")
-_NAME = attrgetter("name")
-CAT_KIND = {
-    "cpu_op": "cpu_op", "cuda_runtime": "api", "cuda_driver": "api", "kernel": "kernels",
-    "user_annotation": "annotations", "gpu_memcpy": "memcpy", "gpu_memset": "memset", "cuda_sync": "sync",
-    "gpu_user_annotation": "gpu_markers", "perfscope_host": "host", "perfscope_collective": "colls",
-    "perfscope_metric": "metrics",
-}
-
-
-def kept_phase(kind: str) -> str:
-    """The phase of the events of ``kind`` (a value of :data:`CAT_KIND`) that are kept:
-    counters (``C``) for metrics, complete events (``X``) for every other kind."""
-    return "C" if kind == "metrics" else "X"
-
-
-# What :class:`Classified` can keep, for the native pre-filter (read_trace): the
+# What :class:`Classified` can keep, for the native pre-filter (:mod:`.read`): the
 # categories and their phase, and the cpu_op names that matter.
 FILTER_RULES = prefilter.Rules(
     cats={cat: kept_phase(kind) for cat, kind in CAT_KIND.items()},

@@ -1,4 +1,10 @@
-"""Decoding a Kineto trace's JSON text with msgspec: whole, or events a chunk at a time."""
+"""Decoding a Kineto trace's JSON text with msgspec (the Structs of :mod:`.events`).
+
+Texts up to :data:`WHOLE_DECODE_BYTES` are decoded in one pass; bigger ones keep their
+events as raw spans, which :func:`iter_event_chunks` decodes :data:`CHUNK_EVENTS` at a
+time.  Each step tries the typed decoders first and falls back to the loose ones, which
+give the same result for traces the typed ones refuse.
+"""
 from __future__ import annotations
 
 import mmap
@@ -33,11 +39,14 @@ from perfscope.store.kineto.events import (
 )
 
 _TS_BIG = re.compile(rb'"ts"\s*:\s*-?(\d{13,})')
+#: Events decoded (and handed to the table builders) at a time; read at call time by
+#: :mod:`.read` (tests make it small).
 CHUNK_EVENTS = 16384
 #: JSON texts up to this size are decoded in one pass (see :func:`decode_trace`).
 WHOLE_DECODE_BYTES = 64 << 20
 
 
+#: Categories only Kineto writes: a trace without Kineto's header keys must have one.
 KINETO_CATS = frozenset({
     "kernel", "gpu_memcpy", "gpu_memset", "cuda_sync", "cuda_runtime", "cuda_driver",
     "user_annotation", "gpu_user_annotation", "cpu_op", "python_function", "ac2g",
@@ -56,7 +65,7 @@ def needs_text_times(data: bytes) -> bool:
 
 def decode_trace(data: bytes, path: Path, *, whole: bool | None = None, text_times: bool | None = None) -> Trace:
     """Decode Kineto JSON text, every event of it (the importer decodes a filtered copy:
-    see :func:`read_trace`).
+    see :func:`.read.read_trace`).
 
     Files up to :data:`WHOLE_DECODE_BYTES` are decoded in one pass, events included (one
     parse instead of a scan plus chunks: faster, and the memory saved by chunks is small
@@ -83,7 +92,6 @@ def decode_trace(data: bytes, path: Path, *, whole: bool | None = None, text_tim
         if not any(e.cat in KINETO_CATS for e in head):
             raise InputError(f"{path} is a Chrome trace but not a PyTorch profiler (Kineto) trace: none of its events has a Kineto category")
     return trace
-
 
 
 def decode_text(data: bytes | memoryview, path: Path, whole: bool | None, text_times: bool,
@@ -223,7 +231,6 @@ def _chunk_buffer(raws: list[msgspec.Raw]) -> mmap.mmap:
     buf.write(joined)
     buf.write(b"]")
     return buf
-
 
 
 _ONLY_RAW = frozenset({msgspec.Raw})

@@ -52,7 +52,7 @@ class EventArgs(msgspec.Struct, gc=False):
 class Event(msgspec.Struct, gc=False):
     """One trace event.  ``args`` is decoded in two steps to save time and memory: the
     trace decoder keeps it as a :class:`msgspec.Raw` span of the input (no objects built),
-    and :func:`build_rank_tables` replaces it by an :class:`EventArgs` (or None) only for the
+    and the table builders replace it by an :class:`EventArgs` (or None) only for the
     events it keeps.  Most events (``cpu_op``, flows) never have their args decoded."""
 
     ph: str = ""
@@ -66,12 +66,15 @@ class Event(msgspec.Struct, gc=False):
 
 
 class TextTimeEvent(Event, gc=False):
+    """An event of the loose decoders: ``ts``/``dur`` as ints or their text (floats arrive
+    as text through ``float_hook``), ``args`` a raw span."""
+
     args: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw)
 
 
 class FloatTimeEvent(TextTimeEvent, gc=False):
     """An event whose ``ts``/``dur`` are decoded as floats (24 bytes instead of ~70 for the
-    text), used when every timestamp is exact as a double (see :func:`decode_trace`)."""
+    text), used when every timestamp is exact as a double (see :func:`.decode.decode_whole`)."""
 
     ts: float = 0.0
     dur: float = 0.0
@@ -79,7 +82,7 @@ class FloatTimeEvent(TextTimeEvent, gc=False):
 
 class Trace(msgspec.Struct, gc=False):
     """The top level of a trace.  Events stay :class:`msgspec.Raw` spans (48 bytes each,
-    no copy) and are decoded a chunk at a time by :func:`iter_event_chunks`, so only one
+    no copy) and are decoded a chunk at a time by :func:`.decode.iter_event_chunks`, so only one
     chunk of every-event objects is alive at once."""
 
     traceEvents: list[msgspec.Raw] | None = None  # noqa: N815 - JSON key
@@ -103,13 +106,15 @@ LOOSE_FLOAT_TIME_EVENTS = msgspec.json.Decoder(list[FloatTimeEvent], float_hook=
 FLOAT_EXACT_US = float(1 << 43)
 
 
-
-
 class LooseTextTimeTrace(Trace, gc=False):
+    """A whole trace decoded with :class:`TextTimeEvent` events."""
+
     traceEvents: list[TextTimeEvent] | None = None  # type: ignore[assignment]  # noqa: N815
 
 
 class LooseFloatTimeTrace(Trace, gc=False):
+    """A whole trace decoded with :class:`FloatTimeEvent` events."""
+
     traceEvents: list[FloatTimeEvent] | None = None  # type: ignore[assignment]  # noqa: N815
 
 
@@ -121,8 +126,8 @@ ARGS_DECODER = msgspec.json.Decoder(EventArgs | None, float_hook=str)
 # -- Fast path: events typed by their phase ----------------------------------------------
 # A tagged union on ``ph`` lets msgspec build a full struct only for complete ("X") and
 # counter ("C") events; flows, metadata, instants and the rest of the Chrome phases become
-# empty structs (their fields are skipped, not built).  Timestamps are raw spans (CompleteRawTimes) or,
-# in chunks of relative traces, floats with a bound, so that an epoch-µs value fails
+# empty structs (their fields are skipped, not built).  Timestamps are raw spans
+# (CompleteRawTimes) or, in relative traces, floats with a bound, so that an epoch-µs value fails
 # validation instead of losing its nanoseconds.  A trace this cannot type (a phase outside
 # the list, a missing ``ph``, a name that is not text) is decoded by the loose decoders
 # above instead, with the same result.
@@ -166,7 +171,7 @@ class CompleteRawTimes(msgspec.Struct, tag_field="ph", tag="X", gc=False):
     """A complete event whose ``ts``/``dur`` stay raw spans of the JSON text.
 
     The whole-file decoder uses these: no float or str object is built per timestamp,
-    and :func:`ts_ns` turns a table's spans into exact nanoseconds in one decimal parse
+    and :func:`.timestamps.ts_ns` turns a table's spans into exact nanoseconds in one decimal parse
     (the same for epoch and relative µs).  ``.ts``/``.dur`` give the values the other
     event types hold, for the few places that look at one event.
     """
@@ -197,8 +202,8 @@ class CounterRawTimes(CompleteRawTimes, tag="C", gc=False):
 
 class CompleteFloatTimes(msgspec.Struct, tag_field="ph", tag="X", gc=False):
     """A complete event of the whole-file decoder for relative traces (no epoch-µs
-    timestamp in the first MB): like :class:`CompleteRawTimes`, but ``ts``/``dur`` are floats, exact
-    below 2**43 µs (:data:`ExactUs`) and cheaper to decode and convert in bulk than text.
+    timestamp in the first MB): like :class:`CompleteRawTimes`, but ``ts``/``dur`` are
+    floats, exact below 2**43 µs (:data:`ExactUs`) and cheaper to decode and convert in bulk than text.
     An epoch-µs value further on fails validation, and the text types take the file."""
 
     ph: ClassVar[str] = "X"
@@ -227,11 +232,13 @@ def _skipped_phase(ph: str) -> type:
 # b/n/e and legacy S/T/p/F, flow s/t/f, sample P, object N/O/D, metadata M, memory dump
 # v/V, clock sync c, context ( and ).
 _SKIPPED = tuple(_skipped_phase(ph) for ph in "BEiIRbneSTpFstfPNODMvVc()")
-_LooseFloatTimesPhases = Union[(LooseCompleteFloatTimes, LooseCounterFloatTimes, *_SKIPPED)]  # noqa: UP007 - built from a tuple
+_LooseFloatTimesPhases = Union[(LooseCompleteFloatTimes, LooseCounterFloatTimes, *_SKIPPED)]  # noqa: UP007 - from a tuple
 _RawTimesPhases = Union[(CompleteRawTimes, CounterRawTimes, *_SKIPPED)]  # noqa: UP007
 
 
 class RawTimesTrace(Trace, gc=False):
+    """A whole trace, events typed by phase with raw-span timestamps."""
+
     traceEvents: list[_RawTimesPhases] | None = None  # type: ignore[assignment,valid-type]  # noqa: N815
 
 
@@ -239,6 +246,8 @@ _FloatTimesPhases = Union[(CompleteFloatTimes, CounterFloatTimes, *_SKIPPED)]  #
 
 
 class FloatTimesTrace(Trace, gc=False):
+    """A whole trace, events typed by phase with exact float timestamps."""
+
     traceEvents: list[_FloatTimesPhases] | None = None  # type: ignore[assignment,valid-type]  # noqa: N815
 
 
@@ -248,11 +257,11 @@ WHOLE_FLOAT_TIMES = msgspec.json.Decoder(FloatTimesTrace, float_hook=str)
 
 # -- Filtered texts: args decoded with their event -----------------------------------------
 # In a text the native pre-filter wrote, every event is one some table keeps, so every
-# event's args are needed: decoding them in the same pass (as :class:`EventArgs`) costs less
-# than keeping them as raw spans and decoding those again in a second pass.  An absent or
-# null ``args`` is None here; :func:`decode_args_batch` gives those events the shared
-# empty ``EventArgs``, as it does to raw spans that are absent or null.  Args that are not an
-# object fail validation, and the raw-span decoders take the text.
+# event's args are needed: decoding them in the same pass (as :class:`EventArgs`) costs
+# less than keeping them as raw spans and decoding those again in a second pass.  An absent or
+# null ``args`` is None here; :func:`.decode.decode_args_batch` gives those events the
+# shared empty ``EventArgs``, as it does to raw spans that are absent or null.  Args that
+# are not an object fail validation, and the raw-span decoders take the text.
 class CompleteRawTimesArgs(CompleteRawTimes, tag="X", gc=False):
     """:class:`CompleteRawTimes` (timestamps as raw spans) with its args decoded."""
 
@@ -274,10 +283,14 @@ class CounterFloatTimesArgs(CompleteFloatTimesArgs, tag="C", gc=False):
 
 
 class RawTimesArgsTrace(Trace, gc=False):
+    """:class:`RawTimesTrace` with each event's args decoded."""
+
     traceEvents: list[Union[(CompleteRawTimesArgs, CounterRawTimesArgs, *_SKIPPED)]] | None = None  # type: ignore[assignment,valid-type]  # noqa: N815, UP007
 
 
 class FloatTimesArgsTrace(Trace, gc=False):
+    """:class:`FloatTimesTrace` with each event's args decoded."""
+
     traceEvents: list[Union[(CompleteFloatTimesArgs, CounterFloatTimesArgs, *_SKIPPED)]] | None = None  # type: ignore[assignment,valid-type]  # noqa: N815, UP007
 
 
@@ -304,5 +317,10 @@ API_ARGS_LIST_DECODER = msgspec.json.Decoder(list[ApiCallArgs | None], float_hoo
 
 
 #: phase -> the set of classes of a bucket whose events all have that phase by their class.
-PHASE_TYPES = {"X": frozenset({CompleteRawTimes, CompleteFloatTimes, LooseCompleteFloatTimes, LooseComplete, CompleteRawTimesArgs, CompleteFloatTimesArgs}), "C": frozenset({CounterRawTimes, CounterFloatTimes, LooseCounterFloatTimes, CounterRawTimesArgs, CounterFloatTimesArgs})}
+PHASE_TYPES = {
+    "X": frozenset({CompleteRawTimes, CompleteFloatTimes, LooseCompleteFloatTimes, LooseComplete,
+                    CompleteRawTimesArgs, CompleteFloatTimesArgs}),
+    "C": frozenset({CounterRawTimes, CounterFloatTimes, LooseCounterFloatTimes, CounterRawTimesArgs,
+                    CounterFloatTimesArgs}),
+}
 

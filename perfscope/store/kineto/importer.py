@@ -103,8 +103,6 @@ class ImportResult:
             self._writing.wait()
 
 
-
-
 def import_kineto(
     files: PathLike | Sequence[PathLike],
     out: PathLike,
@@ -425,7 +423,6 @@ def _check_output(out: Path, force: bool) -> None:
         raise RunExistsError(f"{out} already holds {what}; choose another output or pass --force to replace it")
 
 
-
 def _arrow_tables(tables: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """The built tables with every list and numpy column made an Arrow array of its
     declared type here (see :mod:`perfscope.store.arrays`: the writer's ``pa.array``
@@ -435,7 +432,6 @@ def _arrow_tables(tables: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]
         decl = table_decl(name)
         out[name] = {c: column(v, decl.column(c).type) if c in decl.column_names else v for c, v in cols.items()}
     return out
-
 
 
 def _move_into_place(tmp: Path, out: Path, force: bool) -> None:
@@ -468,6 +464,5 @@ def _move_into_place(tmp: Path, out: Path, force: bool) -> None:
         raise
     shutil.rmtree(backup, ignore_errors=True)
     tmp.rmdir()
-
 
 

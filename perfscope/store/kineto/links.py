@@ -66,7 +66,6 @@ class LaunchIndex:
         return Launch(self.pids[i], self.tids[i], int(self.starts[i]), self.args[i].ps)
 
 
-
 def sync_table(sync: list[Event], launches: LaunchIndex, base_ns: int) -> dict[str, Any]:
     """The ``sync`` table; the waiting thread is the one that made the correlated API call."""
     args = decode_args_batch(sync)
@@ -92,7 +91,6 @@ def sync_table(sync: list[Event], launches: LaunchIndex, base_ns: int) -> dict[s
         "sync_kind": with_extra([parse_sync_kind(a.cuda_sync_kind, e.name) for a, e in zip(args, sync)], x, "sync_kind"),
         "tid": int_col(tids),
     }
-
 
 
 class _CommsOps:

@@ -9,13 +9,12 @@ ordinary Kineto traces this module does it in two other steps:
    once and fills int64 columns, one row per event in text order: byte span, category,
    pid, tid, ``ts``/``dur`` as exact nanoseconds, the ``args`` the tables read, and the
    names, unescaped into one buffer that is an Arrow string array as it is.
-2. :class:`RankBuilder` selects rows with numpy masks and makes the columns of
-   :func:`perfscope.store.kineto.builder.build_rank_tables` from them; per-name work (memcpy
-   kinds, NCCL kernels, ``ProfilerStep#N``) is done once per distinct name.  The few
-   events that link across tables (syncs, NCCL kernels, ``record_param_comms`` ops) are
-   decoded from their byte spans by the importer's own decoders, and go through its own
-   :func:`~perfscope.store.kineto.links.sync_table` and
-   :func:`~perfscope.store.kineto.links.collectives_from_kernels`.
+2. :class:`~perfscope.store.kineto.native_tables.ColumnRankBuilder` selects rows with
+   numpy masks and makes the columns of the msgspec route's tables from them; per-name
+   work (memcpy kinds, NCCL kernels, ``ProfilerStep#N``) is done once per distinct name.
+   The few events that link across tables (syncs, NCCL kernels, ``record_param_comms``
+   ops) are decoded from their byte spans by the importer's own decoders, and go through
+   :mod:`perfscope.store.kineto.links` as the msgspec route's do.
 
 When the filter runs while a gzip trace is still being inflated (a
 :class:`perfscope.store.kineto.prefilter.Stream`), step 1 happens there instead, on both of
@@ -292,3 +291,6 @@ def decode(kept: prefilter.Filtered) -> Trace | None:
     outcomes["native"] += 1
     return trace
 
+
+__all__ = ["CATS", "CODE", "ENABLED", "ERRORS", "FIELD", "FIELDS", "ODD", "SINK_BYTES_PER_ROW", "Extracted", "Rows", "Sink",
+           "available", "decode", "extract", "outcomes"]

@@ -61,8 +61,6 @@ def parse_sync_kind(kind_arg: Any, name: Any) -> str:
     return "unknown"
 
 
-
-
 _ALGOS = ("COLLNET_DIRECT", "COLLNET_CHAIN", "NVLS_TREE", "NVLS", "RING", "TREE", "PAT")
 _PROTOS = ("LL128", "LL", "SIMPLE")
 _NCCL_KERNEL_RE = re.compile(r"nccl(?:Dev)?Kernel_([A-Za-z]+)", re.IGNORECASE)
@@ -90,7 +88,6 @@ def parse_nccl_kernel(name: str) -> tuple[str | None, str | None, str | None]:
 def is_nccl_kernel(name: str) -> bool:
     """True for NCCL's device kernels (``ncclKernel_*``, ``ncclDevKernel_*``)."""
     return "nccl" in name.lower() if name else False
-
 
 
 STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")

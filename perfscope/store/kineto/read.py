@@ -113,7 +113,6 @@ def _gunzip(data: bytes, path: Path) -> bytes:
         raise InputError(f"{path} is not a complete gzip file ({e}); copy it again or gunzip it to check") from None
 
 
-
 #: texts from this size on are filtered in place by :func:`read_trace`.
 _IN_PLACE_BYTES = 1 << 16
 
@@ -302,7 +301,7 @@ def _decode_kept(kept: prefilter.Filtered, path: Path, text_times: bool) -> Trac
 
     Ordinary Kineto traces take the native route when it is built: their ``traceEvents``
     are then :class:`perfscope.store.kineto.native.Rows`, columns instead of events (see
-    :func:`_builders`).  A text that route refuses is decoded here with msgspec."""
+    :func:`.importer._builders`).  A text that route refuses is decoded here with msgspec."""
     if kept.text is None:
         return None
     trace = native.decode(kept) if native.available() else None

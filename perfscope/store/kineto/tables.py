@@ -36,12 +36,9 @@ class RankTables:
     stopped_ns: int | None
 
 
-
 def int_col(values: list[Any], type_: pa.DataType = pa.int64()) -> pa.Array:
     """Integer column with nulls; tolerates floats-as-text and numeric strings."""
     return int_array(values, type_)
-
-
 
 
 def arg_of(e: Event, name: str) -> Any:
@@ -55,7 +52,6 @@ def _xyz(v: Any, i: int) -> int | None:
     return None
 
 
-
 def device_of(e: Event) -> Any:
     d = arg_of(e, "device")
     return d if d is not None else (e.pid if isinstance(e.pid, int) else None)
@@ -66,14 +62,11 @@ def stream_of(e: Event) -> Any:
     return s if s is not None else (e.tid if isinstance(e.tid, int) else None)
 
 
-
 def ints_or(values: list[Any], fallback: list[Any] | None = None, type_: pa.DataType = pa.int64()) -> pa.Array:
     """Integer column from ``values``, taking ``fallback[i]`` where ``values[i]`` is None."""
     if fallback is not None:
         values = [v if v is not None else f for v, f in zip(values, fallback)]
     return int_col(values, type_)
-
-
 
 
 def _triples(values: list[Any]) -> tuple[pa.Array, pa.Array, pa.Array]:
@@ -114,7 +107,6 @@ def mapped(pids: list[Any], pid_map: dict[Any, Any] | None) -> list[Any]:
     return [pid_map.get(p, p) for p in pids] if pid_map else pids
 
 
-
 def concat_columns(pieces: list[dict[str, Any]]) -> dict[str, Any]:
     """Join per-chunk column pieces (numpy arrays, Arrow arrays or lists) column by column."""
     if len(pieces) == 1:
@@ -130,7 +122,6 @@ def concat_columns(pieces: list[dict[str, Any]]) -> dict[str, Any]:
         else:
             out[col] = [v for x in parts for v in x]
     return out
-
 
 
 def basic_tables(c: Classified, base_ns: int, pid_map: dict[Any, Any] | None,
@@ -307,7 +298,6 @@ def _metrics_table(metrics: list[Event], base_ns: int, device_map: dict[Any, Any
         "metric": str_array([e.name for e in metrics]),
         "value": float_array([to_float(a.value) for a in args]),
     }
-
 
 
 def rank_tables(out: dict[str, dict[str, Any]], warnings: list[str]) -> RankTables:

@@ -144,7 +144,6 @@ def _one_us_to_ns(v: Any) -> int:
         raise InputError(f"timestamp {v!r} is not a number") from None
 
 
-
 def event_times(events: list[Event], base: int) -> tuple[np.ndarray, np.ndarray]:
     """(start, duration) of ``events`` in int64 ns, start with ``base`` added."""
     n = len(events)
