@@ -156,7 +156,7 @@ class _ByName(NamedTuple):
     idx: np.ndarray
     what: np.ndarray
     kinds: list[tuple[str, int | None]]
-    index: np.ndarray
+    name_of_row: np.ndarray  # each row's index into kinds
 
     def rows(self, kind: str) -> np.ndarray:
         """The rows of ``kind``, in table order."""
@@ -164,7 +164,7 @@ class _ByName(NamedTuple):
 
     def step_numbers(self) -> list[int | None]:
         """The number of each ``step`` row, in the order of ``rows("step")``."""
-        return [self.kinds[i][1] for i in self.index[self.what == "step"].tolist()] if len(self.idx) else []
+        return [self.kinds[i][1] for i in self.name_of_row[self.what == "step"].tolist()] if len(self.idx) else []
 
 
 def _by_name(rows: Rows, idx: np.ndarray, kind_of: Callable[[str], tuple[str, int | None]]) -> _ByName:
