@@ -35,10 +35,10 @@ def mapped_packages() -> tuple[list[str], dict[str, str]]:
 
 def native_extensions() -> list:
     """Native libraries built at install time (see collectors/{nccl,cupti}/build.py and
-    perfscope/store/kineto_filter_build.py)."""
+    perfscope/store/kineto/build.py)."""
     exts: list = []
     builds = (ROOT / "collectors" / "nccl" / "build.py", ROOT / "collectors" / "cupti" / "build.py",
-              ROOT / "perfscope" / "store" / "kineto_filter_build.py")
+              ROOT / "perfscope" / "store" / "kineto" / "build.py")
     for build in builds:
         if not build.exists():
             continue

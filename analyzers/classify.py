@@ -22,7 +22,7 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
-from perfscope.store.names import COLLECTIVE_ALIASES
+from perfscope.store.names import normalize_collective
 from perfscope.store.reader import Coded
 
 COMPUTE, COMMUNICATION, MEMORY = "compute", "communication", "memory"
@@ -216,15 +216,12 @@ def copy_is_pcie(copy_kind: pd.Series | np.ndarray) -> np.ndarray:
 # torch and Kineto use.
 
 
-_FUNC_PREFIX = re.compile(r"^(?:nccl|c10d|gloo)[:_]*")
-
-
 def normalize_func(func: pd.Series | list[str]) -> pd.Series:
     """Map collective names (``allreduce``, ``nccl:all_reduce``, ``AllReduce``) to NCCL's
     spelling (``AllReduce``); unknown names pass through unchanged."""
     s = _names(func)
     codes, u = codes_and_names(s)
-    mapped = np.array([COLLECTIVE_ALIASES.get(_FUNC_PREFIX.sub("", n).lower(), n) for n in u], dtype=object)
+    mapped = np.array([normalize_collective(n) or n for n in u], dtype=object)
     cats, inv = np.unique(mapped.astype(str), return_inverse=True)
     # Categorical: millions of rows share a handful of names (no per-row strings).
     return pd.Series(pd.Categorical.from_codes(inv[codes] if len(codes) else np.zeros(0, np.int64), categories=cats), index=s.index)

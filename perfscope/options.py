@@ -182,3 +182,36 @@ __all__ = [
     "ENV_HOST_HOOKS", "ENV_FLUSH_INTERVAL", "ENV_DEBUG", "ENV_CUPTI_API", "ENV_CUPTI_SINK", "collector_settings",
     "env_run_dir", "env_run_id", "env_debug",
 ]
+
+
+# -- The Kineto importer's switches (perfscope.store.kineto) -------------------------------
+# Each is on unless set to "0": tests and benchmarks turn parts off to compare the routes.
+ENV_KINETO_FILTER = "PERFSCOPE_KINETO_FILTER"
+ENV_KINETO_STREAM = "PERFSCOPE_KINETO_STREAM"
+ENV_KINETO_NATIVE = "PERFSCOPE_KINETO_NATIVE"
+# The filter library to load instead of the one built beside the importer.
+ENV_KINETO_FILTER_LIB = "PERFSCOPE_KINETO_FILTER_LIB"
+
+
+def _switched_on(var: str) -> bool:
+    return os.environ.get(var, "1") != "0"
+
+
+def kineto_filter_enabled() -> bool:
+    """False when ``PERFSCOPE_KINETO_FILTER=0``: the importer then decodes whole traces."""
+    return _switched_on(ENV_KINETO_FILTER)
+
+
+def kineto_stream_enabled() -> bool:
+    """False when ``PERFSCOPE_KINETO_STREAM=0``: gzip traces are inflated whole before filtering."""
+    return _switched_on(ENV_KINETO_STREAM)
+
+
+def kineto_native_enabled() -> bool:
+    """False when ``PERFSCOPE_KINETO_NATIVE=0``: filtered texts are decoded with msgspec."""
+    return _switched_on(ENV_KINETO_NATIVE)
+
+
+def kineto_filter_library() -> str | None:
+    """The path in ``PERFSCOPE_KINETO_FILTER_LIB``, or None when it is unset or empty."""
+    return os.environ.get(ENV_KINETO_FILTER_LIB) or None

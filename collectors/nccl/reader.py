@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from perfscope.errors import InputError
+from perfscope.store.names import dtype_size
 
 MAGIC = b"PSNCCL1\x00"
 REC_SIZE = 128
@@ -63,23 +64,6 @@ _NAMES_DTYPE = {
 FORMAT_VERSIONS = tuple(_NAMES_DTYPE)
 assert HEADER_DTYPE.itemsize == REC_SIZE and RECORD_DTYPE.itemsize == REC_SIZE
 assert all(d.itemsize == 64 for d in _NAMES_DTYPE.values())
-
-# Bytes per element for NCCL's datatype names (ncclDatatypeToString spellings and aliases).
-DTYPE_BYTES = {
-    "ncclint8": 1, "ncclchar": 1, "ncluint8": 1, "nccluint8": 1, "ncclint32": 4, "ncclint": 4, "nccluint32": 4,
-    "ncclint64": 8, "ncluint64": 8, "nccluint64": 8, "ncclfloat16": 2, "ncclhalf": 2, "ncclfloat32": 4,
-    "ncclfloat": 4, "ncclfloat64": 8, "nccldouble": 8, "ncclbfloat16": 2, "ncclfloat8e4m3": 1,
-    "ncclfloat8e5m2": 1,
-}
-
-
-def dtype_size(name: str) -> int | None:
-    """Return the element size in bytes of an NCCL datatype name (``ncclFloat32``, ``Float32``), or None."""
-    key = name.lower()
-    if not key.startswith("nccl"):
-        key = "nccl" + key
-    return DTYPE_BYTES.get(key)
-
 
 @dataclass
 class PluginFile:

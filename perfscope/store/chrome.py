@@ -277,46 +277,62 @@ def _rank_events(
     run: Run, rank: int, base: int, rmeta: dict[str, Any], pids: _Pids, lanes: _Lanes,
     block: dict[str, Any], *, single: bool,
 ) -> Iterator[dict[str, Any]]:
-    """Every trace event of one rank, table by table."""
-    host_pids: dict[Any, int] = {}
-    gpu_pids: dict[Any, int] = {}
-    sort_base = rank * 1000
+    """Every trace event of one rank, table by table: GPU activity on stream lanes, GPU
+    annotations and host markers, host steps, API calls and spans, NVML counters."""
+    export = _RankExport(rank, base, rmeta, pids, lanes, block, single=single)
+    for table in ("kernels", "memcpy", "memset", "sync", "collectives", "markers", "steps", "api", "host", "metrics"):
+        df = run.table(table, ranks=[rank])
+        if len(df):
+            yield from getattr(export, table)(df)
 
-    def host_pid(orig: Any) -> int:
-        if orig not in host_pids:
-            pid = pids.take(int(orig) if orig is not None else None)
-            host_pids[orig] = pid
-            block["pids"].append({"pid": pid, "kind": "host", "host_pid": orig,
-                                  "label": f"rank {rank} host" + (f" (pid {orig})" if orig is not None else ""),
-                                  "sort": sort_base + len(block["pids"])})
-        return host_pids[orig]
 
-    def gpu_pid(device: Any) -> int:
-        if device not in gpu_pids:
-            preferred = int(device) if (single and device is not None) else None
-            pid = pids.take(preferred)
-            gpu_pids[device] = pid
-            block["pids"].append({"pid": pid, "kind": "gpu", "device": device,
-                                  "label": f"rank {rank} GPU {device if device is not None else '?'}",
-                                  "sort": sort_base + 500 + len(block["pids"])})
-        return gpu_pids[device]
+class _RankExport:
+    """The trace events of one rank's tables: a method per table, taking its frame.
 
-    main_pid = rmeta.get("pid") if isinstance(rmeta.get("pid"), int) else None
+    Processes are made as events first need them, so that pids and their sort order
+    follow the tables' order: a host process per host pid (:meth:`host_pid`), a GPU
+    process per device (:meth:`gpu_pid`), each recorded in the rank's ``block``.
+    """
 
-    def t(name: str) -> pd.DataFrame:
-        return run.table(name, ranks=[rank])
+    def __init__(self, rank: int, base: int, rmeta: dict[str, Any], pids: _Pids, lanes: _Lanes,
+                 block: dict[str, Any], *, single: bool) -> None:
+        self.rank, self.base, self.pids, self.lanes, self.block, self.single = rank, base, pids, lanes, block, single
+        self.host_pids: dict[Any, int] = {}
+        self.gpu_pids: dict[Any, int] = {}
+        self.sort_base = rank * 1000
+        self.main_pid = rmeta.get("pid") if isinstance(rmeta.get("pid"), int) else None
 
-    # -- GPU activity on stream lanes ----------------------------------------------------
-    df = t("kernels")
-    if len(df):
-        cols, ts, dur = _columns(df, base)
+    def host_pid(self, orig: Any) -> int:
+        """The exported pid of host process ``orig`` (None: unknown)."""
+        if orig not in self.host_pids:
+            pid = self.pids.take(int(orig) if orig is not None else None)
+            self.host_pids[orig] = pid
+            self.block["pids"].append({"pid": pid, "kind": "host", "host_pid": orig,
+                                       "label": f"rank {self.rank} host" + (f" (pid {orig})" if orig is not None else ""),
+                                       "sort": self.sort_base + len(self.block["pids"])})
+        return self.host_pids[orig]
+
+    def gpu_pid(self, device: Any) -> int:
+        """The exported pid of GPU ``device`` (its own id when a single rank is exported)."""
+        if device not in self.gpu_pids:
+            preferred = int(device) if (self.single and device is not None) else None
+            pid = self.pids.take(preferred)
+            self.gpu_pids[device] = pid
+            self.block["pids"].append({"pid": pid, "kind": "gpu", "device": device,
+                                       "label": f"rank {self.rank} GPU {device if device is not None else '?'}",
+                                       "sort": self.sort_base + 500 + len(self.block["pids"])})
+        return self.gpu_pids[device]
+
+    def kernels(self, df: pd.DataFrame) -> Iterator[dict[str, Any]]:
+        """Kernels on their stream's lane, with Kineto's args."""
+        cols, ts, dur = _columns(df, self.base)
         for i in range(len(df)):
             dev, stream = cols["device"][i], cols["stream"][i]
-            pid = gpu_pid(dev)
+            pid = self.gpu_pid(dev)
             grid = [cols["grid_x"][i], cols["grid_y"][i], cols["grid_z"][i]]
             block_ = [cols["block_x"][i], cols["block_y"][i], cols["block_z"][i]]
             yield {"ph": "X", "cat": "kernel", "name": cols["name"][i], "pid": pid,
-                   "tid": _stream_lane(lanes, pid, stream),
+                   "tid": _stream_lane(self.lanes, pid, stream),
                    "ts": ts[i], "dur": dur[i], "args": _drop_none({
                        "device": dev, "stream": stream, "correlation": cols["correlation"][i],
                        "registers per thread": cols["registers_per_thread"][i],
@@ -324,106 +340,109 @@ def _rank_events(
                        "grid": grid if any(v is not None for v in grid) else None,
                        "block": block_ if any(v is not None for v in block_) else None,
                        "graph id": cols["graph_id"][i]})}
-    df = t("memcpy")
-    if len(df):
-        cols, ts, dur = _columns(df, base)
+
+    def memcpy(self, df: pd.DataFrame) -> Iterator[dict[str, Any]]:
+        """Copies on their stream's lane, named as Kineto names them."""
+        cols, ts, dur = _columns(df, self.base)
         for i in range(len(df)):
             dev, stream = cols["device"][i], cols["stream"][i]
-            pid = gpu_pid(dev)
+            pid = self.gpu_pid(dev)
             yield {"ph": "X", "cat": "gpu_memcpy", "name": _memcpy_name(cols["copy_kind"][i], cols["src_kind"][i], cols["dst_kind"][i]),
-                   "pid": pid, "tid": _stream_lane(lanes, pid, stream),
+                   "pid": pid, "tid": _stream_lane(self.lanes, pid, stream),
                    "ts": ts[i], "dur": dur[i], "args": _drop_none({
                        "device": dev, "stream": stream, "correlation": cols["correlation"][i], "bytes": cols["bytes"][i],
                        "ps": {"copy_kind": cols["copy_kind"][i], "src_kind": cols["src_kind"][i],
                               "dst_kind": cols["dst_kind"][i], "pageable": cols["pageable"][i]}})}
-    df = t("memset")
-    if len(df):
-        cols, ts, dur = _columns(df, base)
+
+    def memset(self, df: pd.DataFrame) -> Iterator[dict[str, Any]]:
+        """Memsets on their stream's lane."""
+        cols, ts, dur = _columns(df, self.base)
         for i in range(len(df)):
             dev, stream = cols["device"][i], cols["stream"][i]
-            pid = gpu_pid(dev)
+            pid = self.gpu_pid(dev)
             kind = cols["mem_kind"][i]
             yield {"ph": "X", "cat": "gpu_memset", "name": f"Memset ({(kind or 'unknown').capitalize()})",
-                   "pid": pid, "tid": _stream_lane(lanes, pid, stream),
+                   "pid": pid, "tid": _stream_lane(self.lanes, pid, stream),
                    "ts": ts[i], "dur": dur[i], "args": _drop_none({
                        "device": dev, "stream": stream, "correlation": cols["correlation"][i], "bytes": cols["bytes"][i],
                        "ps": {"value": cols["value"][i], "mem_kind": kind}})}
-    df = t("sync")
-    if len(df):
-        cols, ts, dur = _columns(df, base)
+
+    def sync(self, df: pd.DataFrame) -> Iterator[dict[str, Any]]:
+        """Synchronisations on a lane beside their stream's."""
+        cols, ts, dur = _columns(df, self.base)
         for i in range(len(df)):
             dev, stream = cols["device"][i], cols["stream"][i]
-            pid = gpu_pid(dev)
+            pid = self.gpu_pid(dev)
             kind = cols["sync_kind"][i]
             label = _SYNC_NAMES.get(kind or "", "Sync")
             yield {"ph": "X", "cat": "cuda_sync", "name": label, "pid": pid,
-                   "tid": lanes.synthetic(pid, ("sync", stream), f"stream {stream} (sync)", 100_000 + (stream or 0)),
+                   "tid": self.lanes.synthetic(pid, ("sync", stream), f"stream {stream} (sync)", 100_000 + (stream or 0)),
                    "ts": ts[i], "dur": dur[i], "args": _drop_none({
                        "device": dev, "stream": stream, "correlation": cols["correlation"][i], "cuda_sync_kind": label,
                        "ps": {"sync_kind": kind, "tid": cols["tid"][i]}})}
-    df = t("collectives")
-    if len(df):
+
+    def collectives(self, df: pd.DataFrame) -> Iterator[dict[str, Any]]:
+        """NCCL collectives on the GPU's collectives lane, every column under ``args.ps``."""
         cols = {c: _pylist(df[c]) for c in df.columns if c not in ("start_ns", "dur_ns", "rank", "enqueue_ns")}
-        ts, dur = _us(df["start_ns"], base), _us(df["dur_ns"], 0)
+        ts, dur = _us(df["start_ns"], self.base), _us(df["dur_ns"], 0)
         enq = _pylist(df["enqueue_ns"])
         for i in range(len(df)):
             dev = cols["device"][i]
-            pid = gpu_pid(dev)
+            pid = self.gpu_pid(dev)
             extra = {k: v[i] for k, v in cols.items()}
-            extra["enqueue_us"] = None if enq[i] is None else (int(enq[i]) - base) / 1000.0
+            extra["enqueue_us"] = None if enq[i] is None else (int(enq[i]) - self.base) / 1000.0
             yield {"ph": "X", "cat": "perfscope_collective",
                    "name": f"{cols['func'][i] or 'collective'}" + (f" {cols['comm_id'][i]}" if cols["comm_id"][i] else ""),
-                   "pid": pid, "tid": lanes.synthetic(pid, "collectives", "collectives", 200_000),
+                   "pid": pid, "tid": self.lanes.synthetic(pid, "collectives", "collectives", 200_000),
                    "ts": ts[i], "dur": dur[i], "args": {"ps": extra}}
 
-    # -- GPU annotations and host-side markers -------------------------------------------
-    df = t("markers")
-    if len(df):
-        cols, ts, dur = _columns(df, base)
+    def markers(self, df: pd.DataFrame) -> Iterator[dict[str, Any]]:
+        """GPU annotations beside their stream, host markers on their thread's lane."""
+        cols, ts, dur = _columns(df, self.base)
         for i in range(len(df)):
             dev, stream, tid = cols["device"][i], cols["stream"][i], cols["tid"][i]
             extra = {"source": cols["source"][i], "domain": cols["domain"][i]}
             if dev is not None:
-                pid = gpu_pid(dev)
+                pid = self.gpu_pid(dev)
                 # Device and stream only under ps: Kineto gives GPU annotations no "stream"
                 # arg, and HTA would count a range that has one as a kernel.
                 extra.update(pid=cols["pid"][i], tid=tid, device=dev, stream=stream)
                 yield {"ph": "X", "cat": "gpu_user_annotation", "name": cols["name"][i], "pid": pid,
-                       "tid": lanes.synthetic(pid, ("annotations", stream), f"stream {stream} annotations", 150_000 + (stream or 0)),
+                       "tid": self.lanes.synthetic(pid, ("annotations", stream), f"stream {stream} annotations", 150_000 + (stream or 0)),
                        "ts": ts[i], "dur": dur[i], "args": {"ps": extra}}
             else:
                 orig = cols["pid"][i]
-                pid = host_pid(orig if orig is not None else main_pid)
+                pid = self.host_pid(orig if orig is not None else self.main_pid)
                 extra["tid"] = tid
                 if orig is None:
                     extra["pid"] = None
                 yield {"ph": "X", "cat": "user_annotation", "name": cols["name"][i], "pid": pid,
-                       "tid": lanes.synthetic(pid, ("markers", tid), f"thread {tid} markers", 20_000 + (tid or 0) % 10_000),
+                       "tid": self.lanes.synthetic(pid, ("markers", tid), f"thread {tid} markers", 20_000 + (tid or 0) % 10_000),
                        "ts": ts[i], "dur": dur[i], "args": {"ps": extra}}
 
-    # -- host: steps, API calls, host spans ----------------------------------------------
-    df = t("steps")
-    if len(df):
+    def steps(self, df: pd.DataFrame) -> Iterator[dict[str, Any]]:
+        """Steps as ``ProfilerStep#N`` annotations on the main host process's steps lane."""
         step, name, source = _pylist(df["step"]), _pylist(df["name"]), _pylist(df["source"])
-        ts, dur = _us(df["start_ns"], base), _us(df["dur_ns"], 0)
-        pid = host_pid(main_pid)
-        lane = lanes.synthetic(pid, "steps", "steps", 0)
+        ts, dur = _us(df["start_ns"], self.base), _us(df["dur_ns"], 0)
+        pid = self.host_pid(self.main_pid)
+        lane = self.lanes.synthetic(pid, "steps", "steps", 0)
         for i in range(len(df)):
             yield {"ph": "X", "cat": "user_annotation", "name": name[i] or f"ProfilerStep#{step[i]}", "pid": pid, "tid": lane,
                    "ts": ts[i], "dur": dur[i], "args": {"ps": {"step": step[i], "source": source[i]}}}
-    df = t("api")
-    if len(df):
-        cols, ts, dur = _columns(df, base)
+
+    def api(self, df: pd.DataFrame) -> Iterator[dict[str, Any]]:
+        """CUDA runtime and driver calls on the calling thread's lane."""
+        cols, ts, dur = _columns(df, self.base)
         for i in range(len(df)):
             orig, tid, kind = cols["pid"][i], cols["tid"][i], cols["kind"][i]
-            pid = host_pid(orig if orig is not None else main_pid)
+            pid = self.host_pid(orig if orig is not None else self.main_pid)
             extra: dict[str, Any] = {}
             if orig is None:
                 extra["pid"] = None
             if kind not in ("runtime", "driver"):
                 extra["kind"] = kind
-            lane = lanes.real(pid, tid, f"thread {tid}", 10_000 + tid % 10_000) if tid is not None else \
-                lanes.synthetic(pid, ("api", None), "API calls", 10_000)
+            lane = self.lanes.real(pid, tid, f"thread {tid}", 10_000 + tid % 10_000) if tid is not None else \
+                self.lanes.synthetic(pid, ("api", None), "API calls", 10_000)
             if tid is None:
                 extra["tid"] = None
             args = _drop_none({"correlation": cols["correlation"][i], "cbid": cols["cbid"][i]})
@@ -431,23 +450,23 @@ def _rank_events(
                 args["ps"] = extra
             yield {"ph": "X", "cat": "cuda_driver" if kind == "driver" else "cuda_runtime", "name": cols["name"][i],
                    "pid": pid, "tid": lane, "ts": ts[i], "dur": dur[i], "args": args}
-    df = t("host")
-    if len(df):
-        cols, ts, dur = _columns(df, base)
-        pid = host_pid(main_pid)
+
+    def host(self, df: pd.DataFrame) -> Iterator[dict[str, Any]]:
+        """Host spans (data loading, barriers...) on their thread's host lane."""
+        cols, ts, dur = _columns(df, self.base)
+        pid = self.host_pid(self.main_pid)
         for i in range(len(df)):
             tid = cols["tid"][i]
             yield {"ph": "X", "cat": "perfscope_host", "name": cols["name"][i] or cols["kind"][i], "pid": pid,
-                   "tid": lanes.synthetic(pid, ("host", tid), f"thread {tid} host", 30_000 + (tid or 0) % 10_000),
+                   "tid": self.lanes.synthetic(pid, ("host", tid), f"thread {tid} host", 30_000 + (tid or 0) % 10_000),
                    "ts": ts[i], "dur": dur[i], "args": {"ps": {"kind": cols["kind"][i], "tid": tid}}}
 
-    # -- NVML samples as counter tracks --------------------------------------------------
-    df = t("metrics")
-    if len(df):
+    def metrics(self, df: pd.DataFrame) -> Iterator[dict[str, Any]]:
+        """NVML samples as counter tracks of the GPU's process."""
         dev, metric, value = _pylist(df["device"]), _pylist(df["metric"]), _pylist(df["value"])
-        ts = _us(df["ts_ns"], base)
+        ts = _us(df["ts_ns"], self.base)
         for i in range(len(df)):
-            pid = gpu_pid(dev[i])
+            pid = self.gpu_pid(dev[i])
             # Counter args must all be numbers (one series each): the device is the process.
             yield {"ph": "C", "cat": "perfscope_metric", "name": metric[i], "pid": pid, "tid": 0, "ts": ts[i],
                    "args": {"value": value[i]}}

@@ -395,23 +395,23 @@ def test_empty_trace_imports_as_an_empty_rank(tmp_path: Path, capsys: pytest.Cap
 @pytest.mark.parametrize("trace", [*DDP, SINGLE], ids=lambda p: p.name)
 def test_chunked_and_whole_decoding_agree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, trace: Path) -> None:
     """Small files decode in one pass, big ones chunk by chunk: both give the same tables."""
-    import perfscope.store.kineto as kineto
+    from perfscope.store.kineto import decode
 
     import_kineto(trace, tmp_path / "whole")
-    monkeypatch.setattr(kineto, "WHOLE_DECODE_BYTES", 0)
-    monkeypatch.setattr(kineto, "CHUNK_EVENTS", 50)
-    monkeypatch.setattr(kineto.iter_event_chunks, "__kwdefaults__", {"path": "trace", "chunk": 50})
+    monkeypatch.setattr(decode, "WHOLE_DECODE_BYTES", 0)
+    monkeypatch.setattr(decode, "CHUNK_EVENTS", 50)
+    monkeypatch.setattr(decode.iter_event_chunks, "__kwdefaults__", {"path": "trace", "chunk": 50})
     import_kineto(trace, tmp_path / "chunked")
     assert_same_tables(tmp_path / "whole", tmp_path / "chunked")
 
 
 def test_chunked_and_whole_decoding_agree_on_a_shared_trace(shared_kineto: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import perfscope.store.kineto as kineto
+    from perfscope.store.kineto import decode
 
     trace = shared_kineto / "ns_resolution_trace_rank-0.json.gz"  # epoch µs with ns decimals
     if not trace.is_file():
         pytest.skip(f"{trace.name} not present")
     import_kineto(trace, tmp_path / "whole")
-    monkeypatch.setattr(kineto, "WHOLE_DECODE_BYTES", 0)
+    monkeypatch.setattr(decode, "WHOLE_DECODE_BYTES", 0)
     import_kineto(trace, tmp_path / "chunked")
     assert_same_tables(tmp_path / "whole", tmp_path / "chunked")

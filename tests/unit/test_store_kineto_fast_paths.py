@@ -18,7 +18,9 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from perfscope.store import kineto
+import msgspec
+
+from perfscope.store.kineto import decode, events, import_kineto, links
 from perfscope.store.arrays import int_array, to_int
 
 
@@ -57,7 +59,7 @@ def _events(ts: float) -> list[dict[str, Any]]:
 
 def _tables(path: Path, tmp: Path, name: str) -> dict[str, Any]:
     out = tmp / name
-    kineto.import_kineto([path], out)
+    import_kineto([path], out)
     import pyarrow.parquet as pq
 
     return {str(p.relative_to(out)): pq.read_table(p).to_pydict() for p in sorted(out.rglob("*.parquet"))}
@@ -74,18 +76,18 @@ def test_args_decoded_with_events_give_the_same_tables(tmp_path: Path, monkeypat
     path = tmp_path / "t.json"
     path.write_bytes(_trace(events, base=1_000_000 if ts < 2**43 else None))
     fast = _tables(path, tmp_path, "fast")
-    monkeypatch.setattr(kineto, "_FAST_WHOLE_FLOAT_ARGS", kineto._FAST_WHOLE_FLOAT)
-    monkeypatch.setattr(kineto, "_FAST_WHOLE_RAW_ARGS", kineto._FAST_WHOLE_RAW)
+    monkeypatch.setattr(decode, "WHOLE_FLOAT_TIMES_ARGS", decode.WHOLE_FLOAT_TIMES)
+    monkeypatch.setattr(decode, "WHOLE_RAW_TIMES_ARGS", decode.WHOLE_RAW_TIMES)
     assert _tables(path, tmp_path, "raw") == fast
     assert "collectives/rank=0/part-00000.parquet" in fast
 
 
 def test_decode_with_args_falls_back_when_args_are_not_objects() -> None:
     text = _trace([{"ph": "X", "cat": "kernel", "name": "k", "ts": 1.0, "dur": 1.0, "args": "text"}])
-    trace = kineto._decode_whole(text, False, with_args=True)
-    assert isinstance(trace.traceEvents[0].args, type(kineto.msgspec.Raw()))
-    trace = kineto._decode_whole(_trace(_events(1.0)), False, with_args=True)
-    assert {type(e.args) for e in trace.traceEvents if e.ph == "X"} <= {kineto._Args, type(None)}
+    trace = decode.decode_whole(text, False, with_args=True)
+    assert isinstance(trace.traceEvents[0].args, type(msgspec.Raw()))
+    trace = decode.decode_whole(_trace(_events(1.0)), False, with_args=True)
+    assert {type(e.args) for e in trace.traceEvents if e.ph == "X"} <= {events.EventArgs, type(None)}
 
 
 @pytest.mark.parametrize("values", [
@@ -107,11 +109,11 @@ def test_int_array_out_of_range_still_raises() -> None:
 
 
 def test_launch_index_later_rows_win() -> None:
-    args = [kineto._Args(correlation=5, ps={"tid": 99}), kineto._Args(correlation=6), kineto._Args(correlation=5)]
+    args = [events.EventArgs(correlation=5, ps={"tid": 99}), events.EventArgs(correlation=6), events.EventArgs(correlation=5)]
     parts = [(args[:2], [1, 1], [10, 11], np.array([100, 200], np.int64)),
              (args[2:], [2], [12], np.array([300], np.int64))]
-    index = kineto._LaunchIndex(parts, base_ns=50)
-    assert index.get(5) == kineto._Launch(2, 12, 250, None)
-    assert index.get(6) == kineto._Launch(1, 11, 150, None)
+    index = links.LaunchIndex(parts, base_ns=50)
+    assert index.get(5) == links.Launch(2, 12, 250, None)
+    assert index.get(6) == links.Launch(1, 11, 150, None)
     assert index.get(7) is None and index.get("5") is None
-    assert kineto._LaunchIndex().get(5) is None
+    assert links.LaunchIndex().get(5) is None

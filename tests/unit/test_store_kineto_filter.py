@@ -1,4 +1,4 @@
-"""The native pre-filter of Kineto imports (``perfscope/store/kineto_filter.c``).
+"""The native pre-filter of Kineto imports (``perfscope/store/kineto/prefilter.c``).
 
 The filter must drop only events no table keeps, copy everything else byte for byte,
 refuse anything that is not strict JSON of the expected shape, and leave the import's
@@ -16,21 +16,21 @@ import pytest
 
 from perfscope.errors import InputError
 from kineto_checks import KINETO_FIXTURES, SHARED_NAMES, assert_identical_runs
-from perfscope.store import kineto, kineto_filter
-from perfscope.store.kineto import _FILTER_RULES, import_kineto
+from perfscope.store.kineto import decode, import_kineto, prefilter, read
+from perfscope.store.kineto.classify import FILTER_RULES
 
 
 def _built() -> str | None:
     """Build the library in place when the install did not; the reason when it cannot be."""
-    if kineto_filter.library_path() is None:
+    if prefilter.library_path() is None:
         try:
-            from perfscope.store import kineto_filter_build
+            from perfscope.store.kineto import build
 
-            kineto_filter_build.build_in_place()
+            build.build_in_place()
         except Exception as e:  # noqa: BLE001 - no compiler: nothing to test
             return f"the Kineto filter is not built and cannot be: {e}"
-        kineto_filter._load_failed = False
-    return None if kineto_filter.available() else "the Kineto filter library does not load"
+        prefilter._load_failed = False
+    return None if prefilter.available() else "the Kineto filter library does not load"
 
 
 _NOT_BUILT = _built()
@@ -40,9 +40,9 @@ if _NOT_BUILT is not None:  # pragma: no cover - the build is part of the instal
 FIXTURES = Path(__file__).resolve().parents[1] / "data" / "kineto"
 
 
-def run(text: bytes | str, **kw: Any) -> kineto_filter.Filtered:
+def run(text: bytes | str, **kw: Any) -> prefilter.Filtered:
     """The filter on ``text`` with the importer's rules."""
-    return kineto_filter.run(text.encode() if isinstance(text, str) else text, _FILTER_RULES, **kw)
+    return prefilter.run(text.encode() if isinstance(text, str) else text, FILTER_RULES, **kw)
 
 
 def trace(*events: str, head: str = '"schemaVersion": 1', tail: str = "") -> str:
@@ -288,9 +288,9 @@ def test_bad_arguments_are_refused() -> None:
     with pytest.raises(ValueError, match="chunk_events"):
         run('{"traceEvents": []}', chunk_events=0)
     with pytest.raises(ValueError, match="rules"):
-        kineto_filter.run(b'{"traceEvents": []}', kineto_filter.Rules({"a\nb": "X"}, "cpu_op", ("x",)))
+        prefilter.run(b'{"traceEvents": []}', prefilter.Rules({"a\nb": "X"}, "cpu_op", ("x",)))
     with pytest.raises(ValueError, match="bytes"):
-        kineto_filter.run(bytearray(b'{"traceEvents": []}'), _FILTER_RULES, in_place=True)  # type: ignore[arg-type]
+        prefilter.run(bytearray(b'{"traceEvents": []}'), FILTER_RULES, in_place=True)  # type: ignore[arg-type]
 
 
 # -- threads, in place, chunk counts ----------------------------------------------------
@@ -358,7 +358,7 @@ def test_chunk_counts_follow_the_original_events() -> None:
 
 
 def test_chunk_counts_by_category() -> None:
-    cats = list(_FILTER_RULES.cats)
+    cats = list(FILTER_RULES.cats)
     events = ['{"ph": "X", "cat": "kernel"}', '{"ph": "X", "cat": "cuda_driver"}', '{"ph": "X"}',
               '{"ph": "f", "cat": "ac2g"}', '{"ph": "X", "cat": "cpu_op", "name": "ProfilerStep#3"}']
     r = run(trace(*events), chunk_events=3)
@@ -374,7 +374,7 @@ def test_chunks_are_joined_only_where_no_order_changes() -> None:
     def row(**n: int) -> list[int]:
         return [n.get(c, 0) for c in cats] + [n.get("unknown", 0)]
 
-    sizes = kineto._chunk_sizes
+    sizes = read.chunk_sizes
     assert sizes([row(a=2), row(b=3), row(a=1)], cats, 10) == [6]
     assert sizes([row(a=2), row(b=3), row(a=6)], cats, 10) == [5, 6]  # the limit
     assert sizes([row(a=1), row(unknown=1), row(a=1)], cats, 10) == [1, 1, 1]
@@ -395,20 +395,20 @@ def import_both(files: list[Path], tmp_path: Path, monkeypatch: pytest.MonkeyPat
     results."""
     a, b = tmp_path / "filtered", tmp_path / "whole"
     used: list[bool] = []
-    decode_kept = kineto._decode_kept
+    decode_kept = read._decode_kept
 
     def recording(*args: Any) -> Any:
         trace = decode_kept(*args)
         used.append(trace is not None)
         return trace
 
-    monkeypatch.setattr(kineto, "_decode_kept", recording)
+    monkeypatch.setattr(read, "_decode_kept", recording)
     ra = import_kineto(files, a, **kw)
     assert used == [filtered] * len(files)
-    monkeypatch.setattr(kineto_filter, "ENABLED", False)
+    monkeypatch.setattr(prefilter, "ENABLED", False)
     rb = import_kineto(files, b, **kw)
     assert len(used) == len(files)  # (not called with the filter off)
-    monkeypatch.setattr(kineto_filter, "ENABLED", True)
+    monkeypatch.setattr(prefilter, "ENABLED", True)
     return a, b, ra, rb
 
 
@@ -454,15 +454,15 @@ def test_the_filter_is_used_and_row_order_is_kept(tmp_path: Path, monkeypatch: p
     the filtered events must go to the builders in chunks of the original's boundaries, or
     the rows come in another order."""
     calls: list[int] = []
-    real = kineto_filter.run
+    real = prefilter.run
 
-    def counting(data: bytes, rules: kineto_filter.Rules, **kw: Any) -> kineto_filter.Filtered:
+    def counting(data: bytes, rules: prefilter.Rules, **kw: Any) -> prefilter.Filtered:
         result = real(data, rules, **kw)
         calls.append(result.kept)
         return result
 
-    monkeypatch.setattr(kineto_filter, "run", counting)
-    monkeypatch.setattr(kineto, "CHUNK_EVENTS", 4)
+    monkeypatch.setattr(prefilter, "run", counting)
+    monkeypatch.setattr(decode, "CHUNK_EVENTS", 4)
     names = ["ProfilerStep#1", "ProfilerStep#2", "ProfilerStep#3"] if table == "steps" else ["x1", "x2", "x3"]
 
     def event(cat: str, name: str, ts: int) -> dict[str, Any]:
@@ -481,7 +481,7 @@ def test_the_filter_is_used_and_row_order_is_kept(tmp_path: Path, monkeypatch: p
 
 def test_big_files_are_filtered_in_place_and_read_again_on_refusal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     data = big_trace(2000)
-    assert len(data) >= kineto._IN_PLACE_BYTES
+    assert len(data) >= read._IN_PLACE_BYTES
     good = tmp_path / "good.json.gz"
     good.write_bytes(gzip.compress(data))
     (tmp_path / "g").mkdir()
@@ -491,7 +491,7 @@ def test_big_files_are_filtered_in_place_and_read_again_on_refusal(tmp_path: Pat
     bad.write_bytes(data[:-3000])
     with pytest.raises(InputError) as filtered:
         import_kineto(bad, tmp_path / "b1")
-    monkeypatch.setattr(kineto_filter, "ENABLED", False)
+    monkeypatch.setattr(prefilter, "ENABLED", False)
     with pytest.raises(InputError) as whole:
         import_kineto(bad, tmp_path / "b2")
     assert str(filtered.value) == str(whole.value) and "not valid JSON" in str(whole.value)
@@ -505,7 +505,7 @@ def test_a_pipe_is_never_filtered_in_place(tmp_path: Path) -> None:
     import threading
 
     data = big_trace(2000).replace(b'"schemaVersion": 1, ', b"")
-    assert len(data) >= kineto._IN_PLACE_BYTES
+    assert len(data) >= read._IN_PLACE_BYTES
     fifo = tmp_path / "trace.fifo"
     os.mkfifo(fifo)
 
@@ -561,7 +561,7 @@ def test_errors_read_the_same_with_and_without_the_filter(tmp_path: Path, monkey
         return f"ok {result.rows} {result.warnings}"
 
     with_filter = outcome("a")
-    monkeypatch.setattr(kineto_filter, "ENABLED", False)
+    monkeypatch.setattr(prefilter, "ENABLED", False)
     assert with_filter == outcome("b")
 
 
@@ -575,11 +575,11 @@ def test_traces_without_a_kineto_header_get_the_same_verdict(tmp_path: Path, mon
 
 
 def test_no_library_means_the_whole_decode(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(kineto_filter, "_lib", None)
-    monkeypatch.setattr(kineto_filter, "_load_failed", True)
-    assert not kineto_filter.available()
+    monkeypatch.setattr(prefilter, "_lib", None)
+    monkeypatch.setattr(prefilter, "_load_failed", True)
+    assert not prefilter.available()
     result = import_kineto(FIXTURES / "ddp_rank0.json.gz", tmp_path / "r")
     assert result.total("kernels") > 0
     monkeypatch.setenv("PERFSCOPE_KINETO_FILTER", "0")
-    monkeypatch.setattr(kineto_filter, "_load_failed", False)
-    assert not kineto_filter.available()
+    monkeypatch.setattr(prefilter, "_load_failed", False)
+    assert not prefilter.available()

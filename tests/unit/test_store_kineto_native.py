@@ -1,4 +1,5 @@
-"""The native route of Kineto imports (``kineto_columns.c`` and ``kineto_native.py``).
+"""The native route of Kineto imports (``perfscope/store/kineto/columns.c``, ``native.py``,
+``native_tables.py``).
 
 The extractor must read every value exactly as the msgspec decoders do, or flag the
 event as odd (and the importer then takes the msgspec route); the tables built from its
@@ -18,22 +19,23 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kineto_checks import KINETO_FIXTURES, SHARED_NAMES, assert_identical_runs
-from perfscope.store import kineto, kineto_filter, kineto_native
-from perfscope.store.kineto import _FILTER_RULES, import_kineto
+from perfscope.store.kineto import decode, import_kineto, prefilter
+from perfscope.store.kineto import native as kineto_native
+from perfscope.store.kineto.classify import FILTER_RULES
 
 
 def _built() -> str | None:
     """Build the library in place when the install did not; the reason when it cannot be."""
     if not kineto_native.available():
         try:
-            from perfscope.store import kineto_filter_build
+            from perfscope.store.kineto import build
 
-            kineto_filter_build.build_in_place()
+            build.build_in_place()
         except Exception as e:  # noqa: BLE001 - no compiler: nothing to test
             return f"the Kineto extractor is not built and cannot be: {e}"
-        kineto_filter._load_failed = False
+        prefilter._load_failed = False
         kineto_native._load_failed = False
-    return None if kineto_native.available() and kineto_filter.available() else "the Kineto extractor does not load"
+    return None if kineto_native.available() and prefilter.available() else "the Kineto extractor does not load"
 
 
 _NOT_BUILT = _built()
@@ -52,7 +54,7 @@ def trace_text(events: list[str] | list[dict[str, Any]], head: str = '"schemaVer
 
 def extract(text: str | bytes) -> kineto_native.Extracted:
     """The extractor on the filtered ``text``."""
-    kept = kineto_filter.run(text.encode() if isinstance(text, str) else text, _FILTER_RULES)
+    kept = prefilter.run(text.encode() if isinstance(text, str) else text, FILTER_RULES)
     assert kept.error is None, kept
     return kineto_native.extract(kept.text, kept.kept)
 
@@ -133,7 +135,7 @@ def test_shared_trace_in_small_chunks(shared_kineto: Path, tmp_path: Path, monke
     path = shared_kineto / "nccl_parser_config_nccl_data.json.gz"
     if not path.is_file():
         pytest.skip(f"{path.name} not present")
-    monkeypatch.setattr(kineto, "CHUNK_EVENTS", chunk)
+    monkeypatch.setattr(decode, "CHUNK_EVENTS", chunk)
     assert_identical_runs(*import_both([path], tmp_path, monkeypatch), table_order=True)
 
 
@@ -206,7 +208,7 @@ def rich_events(ts0: float, *, without_memset_args: bool = False) -> list[dict[s
 @pytest.mark.parametrize("chunk", [2, 5, 16384])
 @pytest.mark.parametrize("ts0", [4_458_676_983.183, 1_712_195_495_519_689.047], ids=["relative", "epoch"])
 def test_every_table_is_the_same(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chunk: int, ts0: float) -> None:
-    monkeypatch.setattr(kineto, "CHUNK_EVENTS", chunk)
+    monkeypatch.setattr(decode, "CHUNK_EVENTS", chunk)
     head = '"schemaVersion": 1' + (', "baseTimeNanoseconds": 1000000' if ts0 < 2**43 else "")
     path = write(tmp_path, rich_events(ts0, without_memset_args=ts0 >= 2**43), head)
     a, b, ra, rb = import_both([path], tmp_path, monkeypatch)
@@ -419,7 +421,7 @@ def test_traces_without_a_kineto_header_get_the_same_verdict(tmp_path: Path, mon
 # -- the extractor: shapes, limits, switches ----------------------------------------------
 def test_rows_must_match_the_count() -> None:
     text = trace_text([kernel(), kernel()]).encode()
-    kept = kineto_filter.run(text, _FILTER_RULES)
+    kept = prefilter.run(text, FILTER_RULES)
     assert kineto_native.extract(kept.text, 2).error is None
     assert kineto_native.extract(kept.text, 1).error == "rows"
     assert kineto_native.extract(kept.text, 3).error == "rows"
@@ -442,9 +444,9 @@ def test_the_root_members_come_from_msgspec() -> None:
     head = ('"schemaVersion": 1, "baseTimeNanoseconds": 1000, "distributedInfo": {"rank": 2, "world_size": 4}, '
             '"deviceProperties": [{"id": 0, "name": "H200"}], "traceName": "t", "host_name": "h", "x": 1.25')
     text = ("{" + head + ', "traceEvents": [' + json.dumps(kernel()) + '], "tail": "\\u00e9"}').encode()
-    kept = kineto_filter.run(text, _FILTER_RULES)
+    kept = prefilter.run(text, FILTER_RULES)
     trace = kineto_native.decode(kept)
-    whole = kineto.decode_trace(text, Path("t"))
+    whole = decode.decode_trace(text, Path("t"))
     assert isinstance(trace.traceEvents, kineto_native.Rows) and len(trace.traceEvents) == 1
     for key in ("schemaVersion", "baseTimeNanoseconds", "distributedInfo", "deviceProperties", "traceName",
                 "host_name", "perfscope"):
@@ -476,8 +478,8 @@ def test_no_pandas(tmp_path: Path) -> None:
     import subprocess
     import sys
 
-    code = ("import sys; from perfscope.store import kineto, kineto_native; "
-            f"kineto.import_kineto({str(write(tmp_path, rich_events(1.0)))!r}, {str(tmp_path / 'r')!r}); "
+    code = ("import sys; from perfscope.store.kineto import import_kineto, native as kineto_native; "
+            f"import_kineto({str(write(tmp_path, rich_events(1.0)))!r}, {str(tmp_path / 'r')!r}); "
             "assert kineto_native.outcomes['native'] == 1, kineto_native.outcomes; "
             "assert 'pandas' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -11,21 +11,19 @@ import pytest
 
 from perfscope.errors import InputError
 from perfscope.store.kineto import (
-    _DECODER,
-    _needs_text_times,
-    _us_to_ns,
-    build_rank_tables,
-    decode_trace,
     dtype_size,
-    iter_event_chunks,
     is_nccl_kernel,
     normalize_collective,
     parse_memcpy_name,
     parse_memset_kind,
     parse_nccl_kernel,
     parse_sync_kind,
-    read_trace_bytes,
 )
+from perfscope.store.kineto.builder import build_rank_tables
+from perfscope.store.kineto.decode import decode_trace, iter_event_chunks, needs_text_times
+from perfscope.store.kineto.events import TRACE_DECODER
+from perfscope.store.kineto.read import read_trace_bytes
+from perfscope.store.kineto.timestamps import us_to_ns
 
 
 # -- names ------------------------------------------------------------------------------
@@ -97,20 +95,20 @@ def test_collective_names_and_dtypes() -> None:
 def test_us_to_ns_is_exact_for_epoch_microseconds_with_ns_decimals() -> None:
     # A float64 holds 1712195495519689.047 only to 0.25 us; the text path must not lose a ns.
     values = ["1712195495519689.047", "1712195495519695.812", "4458676522690.655", "0.001", "-2.5", "7.0"]
-    assert _us_to_ns(values).tolist() == [1712195495519689047, 1712195495519695812, 4458676522690655, 1, -2500, 7000]
+    assert us_to_ns(values).tolist() == [1712195495519689047, 1712195495519695812, 4458676522690655, 1, -2500, 7000]
 
 
 def test_us_to_ns_handles_ints_mixed_and_odd_text() -> None:
-    assert _us_to_ns([1695835542514261, 5]).tolist() == [1695835542514261000, 5000]
-    assert _us_to_ns([3, "1.5"]).tolist() == [3000, 1500]
-    assert _us_to_ns(["1e-3", "2.0004", "12"]).tolist() == [1, 2000, 12000]
-    assert _us_to_ns([]).dtype == np.int64
+    assert us_to_ns([1695835542514261, 5]).tolist() == [1695835542514261000, 5000]
+    assert us_to_ns([3, "1.5"]).tolist() == [3000, 1500]
+    assert us_to_ns(["1e-3", "2.0004", "12"]).tolist() == [1, 2000, 12000]
+    assert us_to_ns([]).dtype == np.int64
 
 
 def test_decoder_gives_float_literals_as_text() -> None:
     data = b'{"traceEvents":[{"ph":"X","cat":"kernel","ts":1712195495519689.047,"dur":5}]}'
-    assert _needs_text_times(data)
-    (events,) = iter_event_chunks(_DECODER.decode(data).traceEvents, text_times=True)
+    assert needs_text_times(data)
+    (events,) = iter_event_chunks(TRACE_DECODER.decode(data).traceEvents, text_times=True)
     assert events[0].ts == "1712195495519689.047"
     assert events[0].dur == 5
 
@@ -150,8 +148,8 @@ def test_gzip_detected_by_content_not_name(tmp_path: Path) -> None:
 # -- building tables --------------------------------------------------------------------
 def _events(doc: dict[str, Any]) -> list[Any]:
     data = json.dumps(doc).encode()
-    raws = _DECODER.decode(data).traceEvents
-    return [e for chunk in iter_event_chunks(raws, text_times=_needs_text_times(data), chunk=3) for e in chunk]
+    raws = TRACE_DECODER.decode(data).traceEvents
+    return [e for chunk in iter_event_chunks(raws, text_times=needs_text_times(data), chunk=3) for e in chunk]
 
 
 def _x(cat: str, name: str, ts: float, dur: float, pid: Any = 10, tid: Any = 11, **args: Any) -> dict[str, Any]:
@@ -220,7 +218,7 @@ def test_float_timestamps_are_used_only_when_exact(tmp_path: Path) -> None:
     whole = [f'{{"ph": "X", "cat": "cpu_op", "name": "op", "ts": {1712195495519000 + i}, "dur": 1}}' for i in range(300)]
     late = '{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1712195495519689.047, "dur": 1.5}'
     data = ('{"schemaVersion": 1, "traceEvents": [' + ", ".join([*whole, late]) + "]}").encode()
-    assert _needs_text_times(data)
+    assert needs_text_times(data)
     # Even when told floats would do, a chunk of epoch values is decoded again as text.
     chunks = list(iter_event_chunks(decode_trace(data, tmp_path / "t.json").traceEvents, text_times=False, chunk=100))
     assert isinstance(chunks[0][0].ts, int) and isinstance(chunks[-1][-1].ts, str)

@@ -1,8 +1,8 @@
-"""Filtering gzip traces while they are inflated (``kineto_filter.Stream``).
+"""Filtering gzip traces while they are inflated (``prefilter.Stream``).
 
-A streamed text must give :func:`perfscope.store.kineto_filter.run`'s result on the whole
+A streamed text must give :func:`perfscope.store.prefilter.run`'s result on the whole
 text (filtered text, counts, chunk counts, error and its offset) and the extractor's rows
-(:func:`perfscope.store.kineto_native.extract`'s) whatever the pieces it arrives in: every
+(:func:`perfscope.store.native.extract`'s) whatever the pieces it arrives in: every
 scan that runs into the end of what has been written is retried once more is there.  So
 the tests write texts in pieces of 1 and 7 bytes, let the filter see them a byte (or 7) at
 a time (the ``step`` hook: every cut of the text is met), have the writing thread take over
@@ -22,22 +22,23 @@ import pytest
 
 from perfscope.errors import InputError
 from kineto_checks import KINETO_FIXTURES, SHARED_NAMES, assert_identical_runs
-from perfscope.store import kineto, kineto_filter, kineto_native
-from perfscope.store.kineto import _FILTER_RULES, CHUNK_EVENTS, import_kineto
+from perfscope.store.kineto import import_kineto, native, prefilter, read
+from perfscope.store.kineto.classify import FILTER_RULES
+from perfscope.store.kineto.decode import CHUNK_EVENTS
 
 
 def _built() -> str | None:
     """Build the library in place when the install did not; the reason when it cannot be."""
-    if not (kineto_filter.available() and kineto_native.available()):
+    if not (prefilter.available() and native.available()):
         try:
-            from perfscope.store import kineto_filter_build
+            from perfscope.store.kineto import build
 
-            kineto_filter_build.build_in_place()
+            build.build_in_place()
         except Exception as e:  # noqa: BLE001 - no compiler: nothing to test
             return f"the Kineto filter is not built and cannot be: {e}"
-        kineto_filter._load_failed = False
-        kineto_native._load_failed = False
-    if not kineto_filter.streaming():
+        prefilter._load_failed = False
+        native._load_failed = False
+    if not prefilter.streaming():
         return "streams are not available here (one CPU, or a library without them)"
     return None
 
@@ -50,18 +51,18 @@ DATA = Path(__file__).resolve().parents[1] / "data"
 
 
 # -- helpers -----------------------------------------------------------------------------
-def whole(data: bytes) -> tuple[kineto_filter.Filtered, kineto_native.Extracted | None]:
+def whole(data: bytes) -> tuple[prefilter.Filtered, native.Extracted | None]:
     """The filter on the whole text (one thread, its own buffer) and the extractor on its result."""
-    kept = kineto_filter.run(data, _FILTER_RULES, chunk_events=CHUNK_EVENTS, threads=1)
-    return kept, (kineto_native.extract(kept.text, kept.kept) if kept.text is not None else None)
+    kept = prefilter.run(data, FILTER_RULES, chunk_events=CHUNK_EVENTS, threads=1)
+    return kept, (native.extract(kept.text, kept.kept) if kept.text is not None else None)
 
 
 def streamed(data: bytes, *, piece: int = 1 << 18, step: int = 0, help_bytes: int = 0, share_rows: int = 0,
              size: int | None = None, complete: bool = True,
-             chunk_events: int = CHUNK_EVENTS) -> tuple[kineto_filter.Filtered, kineto_native.Sink]:
+             chunk_events: int = CHUNK_EVENTS) -> tuple[prefilter.Filtered, native.Sink]:
     """The streamed filter on ``data`` written ``piece`` bytes at a time."""
-    sink = kineto_native.Sink(len(data) if size is None else size)
-    stream = kineto_filter.Stream(len(data) if size is None else size, _FILTER_RULES, chunk_events=chunk_events,
+    sink = native.Sink(len(data) if size is None else size)
+    stream = prefilter.Stream(len(data) if size is None else size, FILTER_RULES, chunk_events=chunk_events,
                                   sink=sink, step=step, help_bytes=help_bytes, share_rows=share_rows)
     assert stream.started
     try:
@@ -73,7 +74,7 @@ def streamed(data: bytes, *, piece: int = 1 << 18, step: int = 0, help_bytes: in
     return kept, sink
 
 
-def assert_same(data: bytes, **kw: Any) -> kineto_filter.Filtered:
+def assert_same(data: bytes, **kw: Any) -> prefilter.Filtered:
     """The streamed result is the whole text's: filter result and, when it took the text,
     every row the extractor makes of it."""
     ref, ext = whole(data)
@@ -245,7 +246,7 @@ def test_a_text_that_does_not_come_whole_is_refused() -> None:
 def test_too_few_rows_leave_the_extraction_to_the_importer(monkeypatch: pytest.MonkeyPatch) -> None:
     """A sink with room for fewer rows than the events kept says so, and the rows are
     extracted from the filtered text instead (with the same tables)."""
-    monkeypatch.setattr(kineto_native, "SINK_BYTES_PER_ROW", 1 << 30)
+    monkeypatch.setattr(native, "SINK_BYTES_PER_ROW", 1 << 30)
     data = big_trace(400)
     for share_rows in (0, 1):
         got, sink = streamed(data, help_bytes=1, share_rows=share_rows)
@@ -255,22 +256,22 @@ def test_too_few_rows_leave_the_extraction_to_the_importer(monkeypatch: pytest.M
 
 def test_bad_rules_are_refused() -> None:
     with pytest.raises(ValueError, match="chunk_events"):
-        kineto_filter.Stream(10, _FILTER_RULES, chunk_events=0)
+        prefilter.Stream(10, FILTER_RULES, chunk_events=0)
     with pytest.raises(ValueError, match="rules"):
-        kineto_filter.Stream(10, kineto_filter.Rules({"a\nb": "X"}, "cpu_op", ("x",)))
+        prefilter.Stream(10, prefilter.Rules({"a\nb": "X"}, "cpu_op", ("x",)))
 
 
 # -- imports -----------------------------------------------------------------------------
 def counting_streams(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
     """Record each Stream the importer finishes (whether its text came whole)."""
     used: list[bool] = []
-    real = kineto_filter.Stream.finish
+    real = prefilter.Stream.finish
 
-    def finish(self: kineto_filter.Stream, complete: bool) -> kineto_filter.Filtered:
+    def finish(self: prefilter.Stream, complete: bool) -> prefilter.Filtered:
         used.append(complete)
         return real(self, complete)
 
-    monkeypatch.setattr(kineto_filter.Stream, "finish", finish)
+    monkeypatch.setattr(prefilter.Stream, "finish", finish)
     return used
 
 
@@ -285,9 +286,9 @@ def outcome(path: Path, out: Path) -> str:
 
 def small_streams(monkeypatch: pytest.MonkeyPatch, *, piece: int = 7, step: int = 0) -> None:
     """Stream even small files, in tiny pieces."""
-    monkeypatch.setattr(kineto, "_STREAM_BYTES", 1)
-    monkeypatch.setattr(kineto, "_STREAM_PIECE", piece)
-    monkeypatch.setattr(kineto, "_STREAM_STEP", step)
+    monkeypatch.setattr(read, "_STREAM_BYTES", 1)
+    monkeypatch.setattr(read, "_STREAM_PIECE", piece)
+    monkeypatch.setattr(read, "_STREAM_STEP", step)
 
 
 GZIP_FIXTURES = [p for p in KINETO_FIXTURES if p.suffix == ".gz"]
@@ -301,7 +302,7 @@ def test_fixtures_import_the_same_with_and_without_streams(tmp_path: Path, monke
     used = counting_streams(monkeypatch)
     ra = import_kineto(path, tmp_path / "a")
     assert used == [True]
-    monkeypatch.setattr(kineto_filter, "STREAM", False)
+    monkeypatch.setattr(prefilter, "STREAM", False)
     rb = import_kineto(path, tmp_path / "b")
     assert used == [True]
     assert_identical_runs(tmp_path / "a", tmp_path / "b", ra, rb)
@@ -314,9 +315,9 @@ def test_shared_traces_import_the_same_with_and_without_streams(shared_kineto: P
     if not path.is_file():
         pytest.skip(f"{path.name} not present")
     used = counting_streams(monkeypatch)
-    before = kineto_native.outcomes["native"]
+    before = native.outcomes["native"]
     ra = import_kineto(path, tmp_path / "a")
-    assert used == [True] and kineto_native.outcomes["native"] == before + 1
+    assert used == [True] and native.outcomes["native"] == before + 1
     monkeypatch.setenv("PERFSCOPE_KINETO_STREAM", "0")
     rb = import_kineto(path, tmp_path / "b")
     assert used == [True]
@@ -347,9 +348,9 @@ def test_errors_read_the_same_with_and_without_streams(tmp_path: Path, monkeypat
     used = counting_streams(monkeypatch)
     streamed_outcome = outcome(path, tmp_path / "a")
     assert len(used) == 1
-    monkeypatch.setattr(kineto_filter, "STREAM", False)
+    monkeypatch.setattr(prefilter, "STREAM", False)
     assert streamed_outcome == outcome(path, tmp_path / "b")
-    monkeypatch.setattr(kineto_filter, "ENABLED", False)
+    monkeypatch.setattr(prefilter, "ENABLED", False)
     assert streamed_outcome == outcome(path, tmp_path / "c")
 
 
@@ -380,7 +381,7 @@ def test_gzip_files_the_stream_cannot_take_read_as_without_streams(tmp_path: Pat
     streamed_outcome = outcome(path, tmp_path / "a")
     # Tried (unless the trailer says 0 bytes), and the text did not come whole.
     assert used == ([] if variant == "empty member after" else [False]), variant
-    monkeypatch.setattr(kineto_filter, "STREAM", False)
+    monkeypatch.setattr(prefilter, "STREAM", False)
     assert streamed_outcome == outcome(path, tmp_path / "b")
 
 
@@ -412,12 +413,12 @@ def test_a_gzip_pipe_is_streamed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 
 
 def test_switches(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert kineto_filter.streaming()
+    assert prefilter.streaming()
     monkeypatch.setenv("PERFSCOPE_KINETO_STREAM", "0")
-    assert not kineto_filter.streaming()
+    assert not prefilter.streaming()
     monkeypatch.delenv("PERFSCOPE_KINETO_STREAM")
-    monkeypatch.setattr(kineto_filter, "STREAM", False)
-    assert not kineto_filter.streaming()
-    monkeypatch.setattr(kineto_filter, "STREAM", True)
-    monkeypatch.setattr(kineto_filter, "_threads", lambda: 1)
-    assert not kineto_filter.streaming()  # (on one CPU the two threads would only take turns)
+    monkeypatch.setattr(prefilter, "STREAM", False)
+    assert not prefilter.streaming()
+    monkeypatch.setattr(prefilter, "STREAM", True)
+    monkeypatch.setattr(prefilter, "_threads", lambda: 1)
+    assert not prefilter.streaming()  # (on one CPU the two threads would only take turns)

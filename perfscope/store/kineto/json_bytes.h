@@ -1,7 +1,7 @@
-/* JSON byte helpers shared by the Kineto pre-filter (kineto_filter.c) and the column
- * extractor (kineto_columns.c), which are compiled into one library. */
-#ifndef PERFSCOPE_KINETO_JSON_H
-#define PERFSCOPE_KINETO_JSON_H
+/* JSON byte helpers shared by the Kineto pre-filter (prefilter.c) and the column
+ * extractor (columns.c), which are compiled into one library. */
+#ifndef PERFSCOPE_KINETO_JSON_BYTES_H
+#define PERFSCOPE_KINETO_JSON_BYTES_H
 
 #include <stdint.h>
 

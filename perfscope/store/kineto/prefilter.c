@@ -29,7 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kineto_json.h"
+#include "json_bytes.h"
 #ifdef __SSE2__
 #include <emmintrin.h>
 #endif
@@ -40,7 +40,7 @@
 
 #define KF_API __attribute__((visibility("default")))
 
-/* Status codes (kept in sync with kineto_filter.py's ERRORS). */
+/* Status codes (kept in sync with prefilter.py's ERRORS). */
 enum {
     KF_OK = 0,
     KF_ERR_SYNTAX = 1,       /* not JSON */
@@ -368,7 +368,7 @@ static inline int text_is(const kf_field *f, const char *s, size_t n) {
 #define KF_DROP (-1)
 
 /* KF_DROP to drop the event, else keep it: the index of its category in the rules, or
- * ncats when the category is not known (see the module comment of kineto_filter.py). */
+ * ncats when the category is not known (see the module comment of prefilter.py). */
 static int decide(const kf_ctx *c, const kf_field *ph, const kf_field *cat, const kf_field *name, int odd_key) {
     if (odd_key) return c->ncats;  /* an escaped key may spell "ph", "cat" or "name" */
     char phase = 0;
@@ -837,7 +837,7 @@ done:
  * The producer inflates faster than the filter reads: once the text is whole, it offers
  * to filter the second part of what the filter has not reached (a second job, as
  * kf_filter's second thread: see stream_help()).  When the filter is through, the column
- * extractor (kc_sink_* in kineto_columns.c) reads the kept events, the first half of them
+ * extractor (kc_sink_* in columns.c) reads the kept events, the first half of them
  * on the producer's thread and the second on the filter's (see extract_rows()).
  * ------------------------------------------------------------------------------------- */
 typedef struct kc_sink kc_sink;

@@ -1,6 +1,6 @@
 /* Column extractor of filtered Kineto trace JSON.
  *
- * kc_extract() reads a text the pre-filter (kineto_filter.c) wrote, i.e. strict JSON whose
+ * kc_extract() reads a text the pre-filter (prefilter.c) wrote, i.e. strict JSON whose
  * "traceEvents" array holds only events some perfscope table may keep, and fills one row
  * of caller-allocated columns per event, in text order: the event's byte span, its
  * category (an index into the caller's list), pid, tid, ts and dur as exact int64
@@ -29,7 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kineto_json.h"
+#include "json_bytes.h"
 #ifdef __SSE2__
 #include <emmintrin.h>
 #endif
@@ -50,7 +50,7 @@ static const char LAYOUT[] =
     "start end cat pid tid ts dur correlation device stream registers shared_memory graph_id bytes cbid "
     "grid_x grid_y grid_z block_x block_y block_z present odd";
 
-/* Bits of a row's "odd" mask (kept in sync with kineto_native.py's ODD). */
+/* Bits of a row's "odd" mask (kept in sync with native.py's ODD). */
 enum {
     KC_ODD_KEY = 1 << 0,    /* an event key written with an escape (it may spell "cat") */
     KC_ODD_CAT = 1 << 1,    /* "cat" escaped, repeated, or neither text nor null */
@@ -68,7 +68,7 @@ enum {
  * make it one. */
 #define KC_ODD_UNKNOWN_CAT (KC_ODD_KEY | KC_ODD_CAT)
 
-/* Status codes (kept in sync with kineto_native.py's ERRORS). */
+/* Status codes (kept in sync with native.py's ERRORS). */
 enum {
     KC_OK = 0,
     KC_ERR_SHAPE = 1,     /* no root object with a "traceEvents" array of objects */
@@ -730,7 +730,7 @@ shape:
 }
 
 /* The extractor as a sink of single events: the streamed filter (kf_stream_start in
- * kineto_filter.c) hands it each event it keeps, right after writing it to its output,
+ * prefilter.c) hands it each event it keeps, right after writing it to its output,
  * while the event is still in cache, instead of a second pass over the filtered text.
  * The rows are those kc_extract would make of the finished text.  The caller does not
  * know how many events will be kept: it gives `capacity` rows and a blob of `blob_cap`

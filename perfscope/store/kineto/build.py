@@ -1,13 +1,13 @@
-"""Build of the Kineto pre-filter and column extractor (``kineto_filter.c``,
-``kineto_columns.c``).
+"""Build of the Kineto pre-filter and column extractor (``prefilter.c``,
+``columns.c``).
 
 ``setup.py`` execs this file and calls :func:`extensions`.  Both are one plain shared
 library loaded with ctypes (no Python headers are used), named like an extension module
-so that setuptools builds and installs it next to :mod:`perfscope.store.kineto_filter`
-(:mod:`perfscope.store.kineto_native` loads the same file).  Without it the importer
+so that setuptools builds and installs it next to :mod:`perfscope.store.kineto.prefilter`
+(:mod:`perfscope.store.kineto.native` loads the same file).  Without it the importer
 decodes whole traces, as it did before the filter existed.
 
-From a source checkout without installing: ``python perfscope/store/kineto_filter_build.py``
+From a source checkout without installing: ``python perfscope/store/kineto/build.py``
 compiles it in place with ``cc``.
 """
 from __future__ import annotations
@@ -18,9 +18,9 @@ import sysconfig
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-SOURCES = (HERE / "kineto_filter.c", HERE / "kineto_columns.c")
-HEADERS = (HERE / "kineto_json.h",)  # included by both sources
-MODULE = "perfscope.store._kineto_filter"
+SOURCES = (HERE / "prefilter.c", HERE / "columns.c")
+HEADERS = (HERE / "json_bytes.h",)  # included by both sources
+MODULE = "perfscope.store.kineto._libkineto"
 CFLAGS = ["-O2", "-std=gnu11", "-fvisibility=hidden", "-Wall"]
 
 
@@ -31,7 +31,7 @@ def extensions() -> list:
         return []
     from setuptools import Extension
 
-    root = HERE.parent.parent
+    root = HERE.parent.parent.parent
     return [Extension(
         MODULE,
         sources=[str(source.relative_to(root)) for source in SOURCES],
@@ -51,7 +51,7 @@ def build_in_place(cc: str | None = None, extra_flags: list[str] | None = None) 
     ``extra_flags`` are added to the compiler's (e.g. ``-fsanitize=address,undefined``).
     """
     suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
-    out = HERE / f"_kineto_filter{suffix}"
+    out = HERE / f"_libkineto{suffix}"
     cmd = [cc or os.environ.get("CC", "cc"), *CFLAGS, *(extra_flags or []), "-pthread", "-shared", "-fPIC",
            "-o", str(out), *map(str, SOURCES)]
     subprocess.run(cmd, check=True)

@@ -1,4 +1,4 @@
-"""ctypes binding of the Kineto pre-filter (``kineto_filter.c``, built as ``_kineto_filter*.so``).
+"""ctypes binding of the Kineto pre-filter (``prefilter.c``, built as ``_libkineto*.so``).
 
 Most of a Kineto trace is events no perfscope table keeps: ``cpu_op`` ops, flows,
 metadata.  :func:`run` copies a trace's JSON text without them, in one pass of C over the
@@ -34,7 +34,7 @@ A gzip trace need not be inflated whole first: :class:`Stream` filters a text on
 of its own while the caller is still writing it (inflating the next pieces), each scan
 that reaches the end of what is written so far being retried once more is there.  The
 caller, done writing, filters part of the rest itself, and both threads then extract the
-kept events' columns (into a ``kineto_native.Sink``).  The result is :func:`run`'s on the
+kept events' columns (into a :class:`perfscope.store.kineto.native.Sink`).  The result is :func:`run`'s on the
 whole text, in place.  ``PERFSCOPE_KINETO_STREAM=0`` (or :data:`STREAM` set false) turns
 that off.
 """
@@ -47,6 +47,12 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
+
+from perfscope.options import (
+    kineto_filter_enabled,
+    kineto_filter_library,
+    kineto_stream_enabled,
+)
 
 #: Set false to decode every trace whole (tests compare both paths).
 ENABLED = True
@@ -110,15 +116,15 @@ _load_failed = False
 
 def library_path() -> Path | None:
     """Return the built filter library (``$PERFSCOPE_KINETO_FILTER_LIB`` first), or None."""
-    env = os.environ.get("PERFSCOPE_KINETO_FILTER_LIB")
+    env = kineto_filter_library()
     if env:
         return Path(env)
     here = Path(__file__).resolve().parent
     for suffix in importlib.machinery.EXTENSION_SUFFIXES:
-        p = here / f"_kineto_filter{suffix}"
+        p = here / f"_libkineto{suffix}"
         if p.exists():
             return p
-    hits = sorted(here.glob("_kineto_filter*.so"))
+    hits = sorted(here.glob("_libkineto*.so"))
     return hits[0] if hits else None
 
 
@@ -159,14 +165,14 @@ def _load() -> ctypes.CDLL | None:
 
 def available() -> bool:
     """True when the filter is enabled and its library loads."""
-    return ENABLED and os.environ.get("PERFSCOPE_KINETO_FILTER", "1") != "0" and _load() is not None
+    return ENABLED and kineto_filter_enabled() and _load() is not None
 
 
 def streaming() -> bool:
     """True when :class:`Stream` may be used: the filter is available, streams are enabled,
     the library has them, and two CPUs are free to this process (on one, a thread
     filtering while the caller inflates only takes turns with it)."""
-    return (available() and STREAM and os.environ.get("PERFSCOPE_KINETO_STREAM", "1") != "0"
+    return (available() and STREAM and kineto_stream_enabled()
             and hasattr(_load(), "kf_stream_start") and _threads() > 1)
 
 
@@ -188,7 +194,7 @@ def anonymous_map(size: int) -> mmap.mmap:
 
 
 class Sink(Protocol):
-    """The buffers :class:`Stream` has the column extractor fill (``kineto_native.Sink``)."""
+    """The buffers :class:`Stream` has the column extractor fill (``native.Sink``)."""
 
     code: int | None
 
@@ -243,7 +249,7 @@ class Stream:
         lib = _load()
         if lib is None or not hasattr(lib, "kf_stream_start"):
             raise RuntimeError("perfscope's Kineto filter library is not built with streams "
-                               "(python perfscope/store/kineto_filter_build.py)")
+                               "(python perfscope/store/kineto/build.py)")
         _check(rules, chunk_events)
         self._lib = lib
         self.size = size
@@ -352,7 +358,7 @@ def run(data: bytes, rules: Rules, *, chunk_events: int = 16384, threads: int | 
     """
     lib = _load()
     if lib is None:
-        raise RuntimeError("perfscope's Kineto filter library is not built (python perfscope/store/kineto_filter_build.py)")
+        raise RuntimeError("perfscope's Kineto filter library is not built (python perfscope/store/kineto/build.py)")
     _check(rules, chunk_events)
     if in_place and type(data) is not bytes:
         raise ValueError(f"in-place filtering needs a bytes object, not {type(data).__name__}")
