@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from perfscope.analyzers import analysis_to_json, analyze_run
+from perfscope.analyzers import analyze_run
+from perfscope.reports.jsondoc import analysis_to_json
 from perfscope.analyzers.result import BUCKET_COLUMNS
 from perfscope.store import open_run
 

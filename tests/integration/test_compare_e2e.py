@@ -16,21 +16,10 @@ import numpy as np
 import pytest
 
 from perfscope.cli.main import main
-from perfscope.errors import PerfscopeError
 
 from compare_fixtures import write_run
 
 STEPS = 30
-
-
-@pytest.fixture(autouse=True)
-def _needs_analyzer() -> None:
-    from perfscope.cli.compare import find_analyze_run
-
-    try:
-        find_analyze_run()
-    except PerfscopeError as e:
-        pytest.skip(f"perfscope.analyzers.analyze_run is not importable in this checkout yet: {e}")
 
 
 @pytest.fixture(scope="module")

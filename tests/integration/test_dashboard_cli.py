@@ -30,13 +30,13 @@ def test_no_run_named_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> No
 
 
 def test_a_taken_port_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import perfscope
     from dashboard_fixtures import fake_analyze
     from perfscope.cli import dashboard as cmd
-    from perfscope.dashboards import data as dash_data
     from perfscope.errors import UsageError
 
     run = make_run(tmp_path / "r")
-    monkeypatch.setattr(dash_data, "default_analyze", lambda: fake_analyze)
+    monkeypatch.setattr(perfscope, "analyze", fake_analyze)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         s.listen()

@@ -18,7 +18,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from perfscope.analyzers import AnalysisConfig, analysis_to_json, analyze_run
+from perfscope.analyzers import AnalysisConfig, analyze_run
+from perfscope.reports.jsondoc import analysis_to_json
 from perfscope.analyzers.result import Analysis
 from perfscope.cli.main import main
 from perfscope.errors import PerfscopeError, RunExistsError, UsageError
