@@ -38,4 +38,4 @@ def __getattr__(name: str) -> Any:
     return value
 
 
-__all__ = ["open_run", "analyze", "profile", "annotate", "Profiler", "Schedule", "PerfscopeError", "__version__"]
+__all__ = ["PerfscopeError", "Profiler", "Schedule", "__version__", "analyze", "annotate", "open_run", "profile"]

@@ -124,7 +124,9 @@ def import_and_analyze(
         over the analysis's (which is chained to it); an analysis that fails leaves the
         written run in place.
     """
-    from perfscope.store.kineto import import_kineto  # the importer's import cost only for traces
+    from perfscope.store.kineto import (
+        import_kineto,  # the importer's import cost only for traces
+    )
 
     say = progress or (lambda _m: None)
     (config or AnalysisConfig()).check()  # a bad option must not cost an import and leave a run behind
@@ -140,4 +142,4 @@ def import_and_analyze(
     return result, analysis
 
 
-__all__ = ["analyze", "import_and_analyze", "default_run_dir", "TraceImportWarning"]
+__all__ = ["TraceImportWarning", "analyze", "default_run_dir", "import_and_analyze"]

@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import os
 import shlex
-
 from typing import TYPE_CHECKING
 
 import click
 
-from perfscope.cli.options import analysis_options, import_warnings_on_stderr, progress_reporter, stdout_style
+from perfscope.cli.options import (
+    analysis_options,
+    import_warnings_on_stderr,
+    progress_reporter,
+    stdout_style,
+)
 
 if TYPE_CHECKING:
     from perfscope.analyzers import AnalysisConfig

@@ -129,5 +129,12 @@ def import_warnings_on_stderr() -> Iterator[None]:
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
 
 
-__all__ = ["parse_ranks", "analysis_config", "analysis_options", "Reporter", "progress_reporter", "stdout_style",
-           "import_warnings_on_stderr"]
+__all__ = [
+    "Reporter",
+    "analysis_config",
+    "analysis_options",
+    "import_warnings_on_stderr",
+    "parse_ranks",
+    "progress_reporter",
+    "stdout_style",
+]

@@ -7,7 +7,6 @@ renamed, so a failed run never leaves half a report.
 from __future__ import annotations
 
 from pathlib import Path
-
 from typing import TYPE_CHECKING
 
 import click

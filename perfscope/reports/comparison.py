@@ -123,5 +123,17 @@ def item_change(r: pd.Series) -> str:
     return fmt_pct(r["rel_change"])
 
 
-__all__ = ["VERDICT_ICONS", "NAME_WIDTH", "verdict_label", "row_label", "headline", "change_note", "side_summary",
-           "pooled_rows", "rank_rows", "item_tables", "item_name", "item_change"]
+__all__ = [
+    "NAME_WIDTH",
+    "VERDICT_ICONS",
+    "change_note",
+    "headline",
+    "item_change",
+    "item_name",
+    "item_tables",
+    "pooled_rows",
+    "rank_rows",
+    "row_label",
+    "side_summary",
+    "verdict_label",
+]

@@ -11,7 +11,12 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from perfscope.analyzers.result import BUCKET_COLUMNS, BUCKETS
-from perfscope.reports.style import BUCKET_COLORS, BUCKET_LABELS, IDLE_COLOR, escape_html
+from perfscope.reports.style import (
+    BUCKET_COLORS,
+    BUCKET_LABELS,
+    IDLE_COLOR,
+    escape_html,
+)
 
 
 def _layout(fig: go.Figure, title: str, y_title: str) -> go.Figure:
@@ -100,5 +105,10 @@ def arrival_skew_figure(collectives: pd.DataFrame) -> go.Figure:
     return fig
 
 
-__all__ = ["step_buckets_figure", "rank_shares_figure", "gpu_summary_figure",
-           "top_kernels_figure", "arrival_skew_figure"]
+__all__ = [
+    "arrival_skew_figure",
+    "gpu_summary_figure",
+    "rank_shares_figure",
+    "step_buckets_figure",
+    "top_kernels_figure",
+]

@@ -61,9 +61,9 @@ def render_html(a: Analysis, title: str = "perfscope report") -> str:
         top kernels, collective skew) and tables.
     """
     meta = a.meta or {}
-    body = [f"<h1>{e(title, TEXT_LIMIT)}</h1>",
-            f"<p class=\"meta\">run <code>{e(meta.get('run_id', '?'))}</code> · source {e(meta.get('source', '?'))} · "
-            f"world size {e(meta.get('world_size', '?'))} · status {e(meta.get('status', '?'))}</p>"]
+    facts = (f"run <code>{e(meta.get('run_id', '?'))}</code> · source {e(meta.get('source', '?'))} · "
+             f"world size {e(meta.get('world_size', '?'))} · status {e(meta.get('status', '?'))}")
+    body = [f"<h1>{e(title, TEXT_LIMIT)}</h1>", f"<p class=\"meta\">{facts}</p>"]
     for section in (_findings, _buckets, _gpu, _collectives, _kernels):
         body += section(a)
     if a.warnings:
@@ -121,4 +121,4 @@ def _kernels(a: Analysis) -> list[str]:
                          f"{r['mean_ns'] / 1e3:,.1f}", f"{100 * r['share']:.1f}%"] for _, r in k.iterrows()])]
 
 
-__all__ = ["render_html", "page", "figure_div", "html_table"]
+__all__ = ["figure_div", "html_table", "page", "render_html"]

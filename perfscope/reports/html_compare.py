@@ -6,15 +6,35 @@ trace is HTML-escaped, in tables and in chart labels.
 """
 from __future__ import annotations
 
-import plotly.graph_objects as go
 import pandas as pd
+import plotly.graph_objects as go
 
 from perfscope.analyzers.compare import METRIC_COLUMNS, STEP_TIME, Comparison
-from perfscope.reports.comparison import (change_note, headline, item_change, item_name, item_tables, pooled_rows,
-                                          rank_rows, row_label, side_summary, verdict_label)
+from perfscope.reports.comparison import (
+    change_note,
+    headline,
+    item_change,
+    item_name,
+    item_tables,
+    pooled_rows,
+    rank_rows,
+    row_label,
+    side_summary,
+    verdict_label,
+)
 from perfscope.reports.html import figure_div, page
-from perfscope.reports.style import (BASE_COLOR, BETTER_COLOR, NEW_COLOR, WORSE_COLOR, escape_html as e, fmt_delta_ns,
-                                     fmt_interval, fmt_ns, fmt_pct, short)
+from perfscope.reports.style import (
+    BASE_COLOR,
+    BETTER_COLOR,
+    NEW_COLOR,
+    WORSE_COLOR,
+    fmt_delta_ns,
+    fmt_interval,
+    fmt_ns,
+    fmt_pct,
+    short,
+)
+from perfscope.reports.style import escape_html as e
 
 CSS = """
 body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px auto;max-width:1100px;color:#1b1f24;padding:0 16px}
@@ -42,7 +62,7 @@ def render_comparison_html(c: Comparison, *, top: int = 10) -> str:
         body.append(f"<h2>{e(c.metric)} per rank</h2>" + _metric_table(rank_rows(c)))
     figs = [*_step_figures(c), *_bucket_figure(c), *_kernel_figure(c, top)]
     for i, f in enumerate(figs):
-        f.update_layout(template="plotly_white", margin=dict(l=40, r=20, t=50, b=40))
+        f.update_layout(template="plotly_white", margin={"l": 40, "r": 20, "t": 50, "b": 40})
         body.append(figure_div(f, f"fig-{i}"))
     body += _changed_items(c, top)
     body += _recommendations(c)
@@ -50,8 +70,8 @@ def render_comparison_html(c: Comparison, *, top: int = 10) -> str:
 
 
 def _metric_table(rows: pd.DataFrame) -> str:
-    h = ["<table><tr><th>metric</th><th>steps base/new</th><th>base median</th><th>new median</th><th>&Delta;</th>"
-         "<th>change</th><th>interval</th><th>verdict</th></tr>"]
+    h = [("<table><tr><th>metric</th><th>steps base/new</th><th>base median</th><th>new median</th><th>&Delta;</th>"
+          "<th>change</th><th>interval</th><th>verdict</th></tr>")]
     for _, r in rows.iterrows():
         failed = r["verdict"] == "regression" and r["gating"]
         h.append(
@@ -105,7 +125,7 @@ def _kernel_figure(c: Comparison, top: int) -> list[go.Figure]:
                           hovertext=labels, hoverinfo="text+x",
                           marker_color=[WORSE_COLOR if v > 0 else BETTER_COLOR for v in k["delta_ns_per_step"]]))
     kf.update_layout(title="Kernels: change of time per step (µs)", height=120 + 28 * len(k),
-                     yaxis=dict(tickmode="array", tickvals=list(range(len(k))), ticktext=labels, automargin=True))
+                     yaxis={"tickmode": "array", "tickvals": list(range(len(k))), "ticktext": labels, "automargin": True})
     return [kf]
 
 

@@ -150,5 +150,12 @@ def render_comparison_json(c: Comparison) -> str:
     return json.dumps(comparison_to_json(c), indent=2, allow_nan=False, ensure_ascii=False) + "\n"
 
 
-__all__ = ["plain", "records", "recommendation_to_json", "analysis_to_json", "render_analysis_json",
-           "comparison_to_json", "render_comparison_json"]
+__all__ = [
+    "analysis_to_json",
+    "comparison_to_json",
+    "plain",
+    "recommendation_to_json",
+    "records",
+    "render_analysis_json",
+    "render_comparison_json",
+]

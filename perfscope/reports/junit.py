@@ -7,7 +7,13 @@ import pandas as pd
 
 from perfscope.analyzers.compare import Comparison
 from perfscope.reports.comparison import row_label
-from perfscope.reports.style import fmt_delta_ns, fmt_interval, fmt_ns, fmt_pct, xml_text
+from perfscope.reports.style import (
+    fmt_delta_ns,
+    fmt_interval,
+    fmt_ns,
+    fmt_pct,
+    xml_text,
+)
 
 
 def render_junit(c: Comparison) -> str:

@@ -9,7 +9,15 @@ import pandas as pd
 
 from perfscope.analyzers import BUCKET_COLUMNS, BUCKETS, step_summary
 from perfscope.analyzers.result import Analysis
-from perfscope.reports.style import fmt_delta_ns, fmt_interval, fmt_ns, fmt_pct, md_cell, md_code, ms
+from perfscope.reports.style import (
+    fmt_delta_ns,
+    fmt_interval,
+    fmt_ns,
+    fmt_pct,
+    md_cell,
+    md_code,
+    ms,
+)
 
 if TYPE_CHECKING:
     from perfscope.analyzers.compare import Comparison
@@ -128,7 +136,13 @@ def render_comparison_markdown(c: Comparison, *, top: int = 10) -> str:
     Long tables sit in ``<details>`` blocks; names are escaped and cut to one line, so the
     summary stays well under GitHub's 1 MiB per-step limit.
     """
-    from perfscope.reports.comparison import change_note, headline, pooled_rows, rank_rows, side_summary
+    from perfscope.reports.comparison import (
+        change_note,
+        headline,
+        pooled_rows,
+        rank_rows,
+        side_summary,
+    )
 
     icon = "❌" if not c.passed else "🚀" if c.verdict == "improvement" else "⚠️" if c.verdict in ("too_few_steps", "inconclusive") else "✅"
     out = [f"## {icon} perfscope compare: {md_cell(headline(c), 200)}", ""]
@@ -185,4 +199,4 @@ def _changed_items(c: Comparison, top: int) -> list[str]:
     return out
 
 
-__all__ = ["render_markdown", "render_comparison_markdown", "table"]
+__all__ = ["render_comparison_markdown", "render_markdown", "table"]

@@ -137,6 +137,24 @@ def xml_text(text: object) -> str:
     return _XML_BAD.sub("\ufffd", str(text))
 
 
-__all__ = ["BUCKET_COLORS", "BUCKET_LABELS", "IDLE_COLOR", "BASE_COLOR", "NEW_COLOR", "WORSE_COLOR", "BETTER_COLOR",
-           "ms", "fmt_ns", "fmt_delta_ns", "fmt_pct", "fmt_interval",
-           "fmt_bytes", "cut", "short", "escape_html", "md_cell", "md_code", "xml_text"]
+__all__ = [
+    "BASE_COLOR",
+    "BETTER_COLOR",
+    "BUCKET_COLORS",
+    "BUCKET_LABELS",
+    "IDLE_COLOR",
+    "NEW_COLOR",
+    "WORSE_COLOR",
+    "cut",
+    "escape_html",
+    "fmt_bytes",
+    "fmt_delta_ns",
+    "fmt_interval",
+    "fmt_ns",
+    "fmt_pct",
+    "md_cell",
+    "md_code",
+    "ms",
+    "short",
+    "xml_text",
+]

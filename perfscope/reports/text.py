@@ -105,7 +105,14 @@ def _print_findings(con: Console, a: Analysis) -> None:
 def render_comparison_text(c: Comparison, *, width: int = 110, color: bool = False, top: int = 5) -> str:
     """The terminal report of a comparison: headline, both sides, the metric table (and per
     rank), the kernels and collectives that changed most, new recommendations, warnings."""
-    from perfscope.reports.comparison import change_note, headline, item_tables, pooled_rows, rank_rows, side_summary
+    from perfscope.reports.comparison import (
+        change_note,
+        headline,
+        item_tables,
+        pooled_rows,
+        rank_rows,
+        side_summary,
+    )
 
     con, buf = _console(width, color, highlight=False, emoji=False, markup=False)
     style = "bold red" if not c.passed else "bold green" if c.verdict in ("improvement", "faster") else "bold"
@@ -216,4 +223,4 @@ def render_doctor_text(doc: dict[str, Any], *, width: int = 80, color: bool = Fa
     return buf.getvalue()
 
 
-__all__ = ["render_analysis_text", "render_comparison_text", "render_info_text", "render_doctor_text", "MAX_STEP_ROWS"]
+__all__ = ["MAX_STEP_ROWS", "render_analysis_text", "render_comparison_text", "render_doctor_text", "render_info_text"]

@@ -131,6 +131,25 @@ def test_incompatible_per_rank_exit_2(runs: dict[str, Path], monkeypatch: pytest
     assert "share no rank" in capsys.readouterr().err
 
 
+def test_step_pattern_and_ranks_reach_both_analyses(runs: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    fake, configs = perfscope.analyze, []
+
+    def recording(path: str, config: object = None, **kw: object) -> Analysis:
+        configs.append(config)
+        return fake(path, config, **kw)
+
+    monkeypatch.setattr(perfscope, "analyze", recording)
+    assert cli(runs["base"], runs["same"], "--step-pattern", "train_step", "--ranks", "0,2-3") == 0
+    assert len(configs) == 2
+    assert all(c.step_pattern == "train_step" and c.ranks == (0, 2, 3) for c in configs)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("args", [["--ranks", "x"], ["--ranks", "3-1"]])
+def test_bad_ranks_exit_2_before_any_analysis(runs: dict[str, Path], args: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(perfscope, "analyze", lambda *a, **k: pytest.fail("analysed despite a bad --ranks"))
+    assert cli(runs["base"], runs["same"], *args) == 2
+
+
 def test_output_file_and_force(runs: dict[str, Path], tmp_path: Path) -> None:
     out = tmp_path / "perf.xml"
     assert cli(runs["base"], runs["slow"], "--format", "junit", "-o", out) == 1
