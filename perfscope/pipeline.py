@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from perfscope.analyzers import AnalysisConfig, analyze_run
+from perfscope.analyzers.analysis import Progress
 from perfscope.analyzers.result import Analysis
 from perfscope.errors import InputError, UsageError
 from perfscope.store import MemoryRun, Run, open_run
@@ -28,7 +29,6 @@ if TYPE_CHECKING:
     from perfscope.store.kineto import ImportResult
 
 PathLike = str | os.PathLike[str]
-Progress = Callable[[str], None]
 TRACE_SUFFIXES = (".json", ".json.gz")
 
 
@@ -67,7 +67,7 @@ def analyze(source: PathLike | Run | MemoryRun, config: AnalysisConfig | None = 
         out = Path(run_out) if run_out is not None else default_run_dir(path)
         if run_out is None and not os.access(out.parent, os.W_OK):
             raise UsageError(f"cannot write the run beside the trace ({out.parent} is not writable); "
-                             "choose where (-o/--run-out DIR)")
+                             "choose where with run_out (-o/--run-out DIR)")
         result, analysis = import_and_analyze(path, out, config, force=force, progress=progress)
         for w in result.warnings:
             warnings.warn(w, TraceImportWarning, stacklevel=2)
@@ -80,7 +80,7 @@ def analyze(source: PathLike | Run | MemoryRun, config: AnalysisConfig | None = 
 
 def _refuse_run_options(source: object, run_out: PathLike | None, force: bool) -> None:
     if run_out is not None or force:
-        raise UsageError(f"-o/--run-out and --force apply to a trace file, and {source} is not a file; "
+        raise UsageError(f"run_out and force (-o/--run-out, --force) apply to a trace file, and {source} is not a file; "
                          "to import traces use `perfscope import kineto`")
 
 

@@ -2,7 +2,6 @@
 (``perfscope compare --format md``, sized for a CI job summary).  Pure: data in, text out."""
 from __future__ import annotations
 
-import html
 from typing import TYPE_CHECKING
 
 import pandas as pd
@@ -10,6 +9,7 @@ import pandas as pd
 from perfscope.analyzers import BUCKET_COLUMNS, BUCKETS, step_summary
 from perfscope.analyzers.result import Analysis
 from perfscope.reports.style import (
+    escape_html,
     fmt_delta_ns,
     fmt_interval,
     fmt_ns,
@@ -149,9 +149,9 @@ def render_comparison_markdown(c: Comparison, *, top: int = 10) -> str:
     out.append(f"**base** {md_cell(side_summary(c.base_label, c.base_info), 200)} → **new** {md_cell(side_summary(c.new_label, c.new_info), 200)}")
     out.append("")
     out += _metric_rows(pooled_rows(c))
-    out += ["", f"<sub>{html.escape(change_note(c), quote=False)}</sub>", ""]
+    out += ["", f"<sub>{escape_html(change_note(c))}</sub>", ""]
     if c.per_rank:
-        out += ["<details><summary>" + html.escape(f"{c.metric} per rank") + "</summary>", ""]
+        out += ["<details><summary>" + escape_html(f"{c.metric} per rank") + "</summary>", ""]
         out += _metric_rows(rank_rows(c))
         out += ["", "</details>", ""]
     if c.warnings:
