@@ -21,13 +21,12 @@ Results are the same, to the bit, as reading every rank at once: string columns 
 re-coded to the categories an all-rank read would give (:class:`_GlobalCodes`), and every
 per-rank table is concatenated in rank order.
 
-:func:`analysis_to_json` turns the result into the JSON document of ``perfscope analyze
---format json`` and ``perfscope report --format json``.
+The JSON document of an analysis is written by the reports
+(:func:`perfscope.reports.jsondoc.analysis_to_json`): analyzers return data only.
 """
 from __future__ import annotations
 
 import dataclasses
-import math
 import re
 from collections.abc import Callable
 from typing import Any
@@ -53,7 +52,7 @@ from perfscope.analyzers.config import AnalysisConfig
 from perfscope.analyzers.gpu_summary import summary_frame, summary_row
 from perfscope.analyzers.intervals import I64, KeyIndex, as_i64, as_key, filled_i64, merge, split_by_rank
 from perfscope.analyzers.kernels import LAUNCH_COLUMNS, launch_row, top_kernels
-from perfscope.analyzers.result import BUCKET_COLUMNS, Analysis, Recommendation
+from perfscope.analyzers.result import BUCKET_COLUMNS, Analysis
 from perfscope.analyzers.rules import RuleContext, evaluate_rules
 from perfscope.analyzers.steps import WINDOW_COLUMNS, rank_windows
 from perfscope.analyzers.stragglers import rank_stragglers
@@ -370,93 +369,30 @@ def analyze_run(run: Any, config: AnalysisConfig | None = None, progress: Progre
     say = progress or (lambda _m: None)
     cfg.check()
     all_ranks = list(run.ranks)
-    if cfg.ranks is not None:
-        missing = sorted(set(cfg.ranks) - set(all_ranks))
-        if missing:
-            raise UsageError(f"the run has no rank(s) {missing}; it has {all_ranks}")
-        ranks: list[int] = sorted(set(cfg.ranks))
-    else:
-        ranks = all_ranks
+    ranks = _selected_ranks(cfg, all_ranks)
     meta = dict(run.meta)
-    world = meta.get("world_size")
-    try:
-        world_size = int(world) if world is not None else None
-    except (TypeError, ValueError):
-        world_size = None
+    world_size = _world_size(meta)
 
     say("reading collectives")
     warnings: list[str] = []
     if status := meta.get("status"):
         if status != "complete":
             warnings.append(f"the run's status is {status!r}: it may end early (a rank stopped before its last flush)")
-    # The collectives table is small (one row per NCCL operation) and spans ranks: read it whole.
-    coll_cols = _read(run, "collectives", ranks, coded=False)  # analyze_collectives takes categoricals
-    # A frame only when there are collectives: analyze_collectives works on one.
-    coll_raw = pd.DataFrame(coll_cols, copy=False) if n_rows(coll_cols) else None
-    del coll_cols
-    # Correlation ids are per process: each rank's kernels are matched against its own ids.
-    comm_corr = (
-        {r: as_key(g["correlation"]) for r, g in split_by_rank(coll_raw).items()} if coll_raw is not None else {}
-    )
-    comm_names = set(codes_and_names(coll_raw["kernel_name"])[1]) - {""} if coll_raw is not None else None
-
+    coll_raw = _read_collectives(run, ranks)
     names, copy_kinds = _GlobalCodes(), _GlobalCodes()
     out: dict[str, list] = {k: [] for k in ("step_warnings", "summary", "kernels", "launch", "comm_kernels", "copies")}
-    passes: dict[int, _RankPass] = {}
-    has_meta = hasattr(run, "rank_meta")
-    for i, r in enumerate(ranks):
-        say(f"rank {r} ({i + 1}/{len(ranks)}): reading, classifying kernels, finding steps, summarising")
-        # The importer stores a Kineto trace's baseTimeNanoseconds as base_time_ns.
-        meta_r = run.rank_meta(r) if has_meta else {}
-        base = _int_or_zero(meta_r.get("base_time_ns", meta_r.get("time_base_ns")))
-        passes[r] = _rank_pass(run, r, cfg, comm_corr.get(int(r)), comm_names, names, copy_kinds, base, out)
-        _release_arrow_memory()  # the rank's columns (Arrow buffers) are free now
+    passes = _rank_passes(run, ranks, cfg, coll_raw, names, copy_kinds, out, say)
     warnings.extend(out["step_warnings"])
     if all(p.windows is None for p in passes.values()):
         warnings.append("the run holds no GPU or host activity to analyse (no kernels, copies, API calls, steps or host spans); "
                         "check `perfscope info RUN` for its row counts")
 
     say("matching collectives")
-    coll_src = coll_raw
-    if coll_src is None and len(ranks) > 1:
-        ck = out["comm_kernels"]
-        if ck:
-            kcomm = pd.DataFrame({"rank": np.concatenate([c[0] for c in ck]), "start_ns": np.concatenate([c[1] for c in ck]),
-                                  "dur_ns": np.concatenate([c[2] for c in ck]),
-                                  "name": names.categorical(np.concatenate([c[3] for c in ck]).astype(np.int64))})
-            coll_src = collectives_from_kernels(kcomm, np.full(len(kcomm), COMMUNICATION, dtype=object))
-        if n_rows(coll_src):
-            warnings.append("no NCCL collector data: collectives were reconstructed from NCCL kernels (no sizes, matched by order)")
-    clock = cfg.collective_clock
-    if clock == "auto":
-        hosts = {r.get("host") for r in meta.get("ranks", []) if r.get("rank") in ranks and r.get("host")}
-        clock = "end_aligned" if len(hosts) > 1 else "shared"
-        if clock == "end_aligned" and n_rows(coll_src):
-            warnings.append(f"ranks ran on {len(hosts)} hosts: collective skew is estimated from operation durations "
-                            "(immune to clock offsets between hosts), not from start times")
-    coll = analyze_collectives(coll_src, world_size=world_size, clock=clock)
+    coll = _match_collectives(coll_raw, out["comm_kernels"], names, ranks, meta, cfg, world_size, warnings)
     stragglers = rank_stragglers(coll, min_skew_ns=cfg.min_skew_ns)
 
     say("breaking steps into buckets")
-    cw = split_by_rank(coll[coll["wait_ns"] > 0]) if len(coll) else {}
-    parts = []
-    for r, p in passes.items():  # ranks ascending, as breakdown() orders them
-        if p.windows is None:
-            continue
-        c = cw.get(r)
-        wait = EMPTY
-        if c is not None:
-            cs = as_i64(c["start_ns"])
-            wait = (cs, cs + as_i64(c["wait_ns"]))
-        parts.append(_steps_rows(p.windows, {**p.layers, "comm_wait": wait}))
-    if parts:
-        steps = _concat(parts)
-    else:
-        from perfscope.analyzers.steps import _empty
-
-        steps = breakdown(_empty()[list(WINDOW_COLUMNS)], {})
-        steps["sync_calls"] = pd.Series(dtype="int64")
-        steps["post_sync_idle_ns"] = pd.Series(dtype="int64")
+    steps = _bucket_steps(passes, coll)
 
     say("summarising GPU time")
     summary = summary_frame(out["summary"])
@@ -475,6 +411,106 @@ def analyze_run(run: Any, config: AnalysisConfig | None = None, progress: Progre
         steps=steps, gpu_summary=summary, kernels=kern, collectives=coll, stragglers=stragglers,
         recommendations=recs, warnings=warnings, meta=meta, launch=launch, copies=copies,
     )
+
+
+def _selected_ranks(cfg: AnalysisConfig, all_ranks: list[int]) -> list[int]:
+    """The ranks ``cfg`` asks for, sorted (all of the run's when it names none).
+
+    Raises:
+        UsageError: a rank the run does not have.
+    """
+    if cfg.ranks is None:
+        return all_ranks
+    missing = sorted(set(cfg.ranks) - set(all_ranks))
+    if missing:
+        raise UsageError(f"the run has no rank(s) {missing}; it has {all_ranks}")
+    return sorted(set(cfg.ranks))
+
+
+def _world_size(meta: dict[str, Any]) -> int | None:
+    """The run's ``world_size`` as an int, None when missing or not a number."""
+    world = meta.get("world_size")
+    try:
+        return int(world) if world is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+def _read_collectives(run: Any, ranks: list[int]) -> pd.DataFrame | None:
+    """The collectives table of ``ranks`` (categorical names, as analyze_collectives takes
+    them), None when it has no rows.  It is small (one row per NCCL operation) and spans
+    ranks: read whole."""
+    coll_cols = _read(run, "collectives", ranks, coded=False)
+    return pd.DataFrame(coll_cols, copy=False) if n_rows(coll_cols) else None
+
+
+def _rank_passes(run: Any, ranks: list[int], cfg: AnalysisConfig, coll_raw: pd.DataFrame | None, names: _GlobalCodes,
+                 copy_kinds: _GlobalCodes, out: dict[str, list], say: Progress) -> dict[int, _RankPass]:
+    """:func:`_rank_pass` of every rank in ``ranks``, in order (results appended to ``out``)."""
+    # Correlation ids are per process: each rank's kernels are matched against its own ids.
+    comm_corr = (
+        {r: as_key(g["correlation"]) for r, g in split_by_rank(coll_raw).items()} if coll_raw is not None else {}
+    )
+    comm_names = set(codes_and_names(coll_raw["kernel_name"])[1]) - {""} if coll_raw is not None else None
+    passes: dict[int, _RankPass] = {}
+    has_meta = hasattr(run, "rank_meta")
+    for i, r in enumerate(ranks):
+        say(f"rank {r} ({i + 1}/{len(ranks)}): reading, classifying kernels, finding steps, summarising")
+        # The importer stores a Kineto trace's baseTimeNanoseconds as base_time_ns.
+        meta_r = run.rank_meta(r) if has_meta else {}
+        base = _int_or_zero(meta_r.get("base_time_ns", meta_r.get("time_base_ns")))
+        passes[r] = _rank_pass(run, r, cfg, comm_corr.get(int(r)), comm_names, names, copy_kinds, base, out)
+        _release_arrow_memory()  # the rank's columns (Arrow buffers) are free now
+    return passes
+
+
+def _match_collectives(coll_raw: pd.DataFrame | None, comm_kernels: list, names: _GlobalCodes, ranks: list[int],
+                       meta: dict[str, Any], cfg: AnalysisConfig, world_size: int | None, warnings: list[str]) -> pd.DataFrame:
+    """Match collectives across ranks (:func:`~.collectives.analyze_collectives`), from the
+    NCCL collector's table or, without one, rebuilt from the ranks' NCCL kernels
+    (``comm_kernels``); notes on how they were matched are appended to ``warnings``."""
+    coll_src = coll_raw
+    if coll_src is None and len(ranks) > 1:
+        if comm_kernels:
+            kcomm = pd.DataFrame({"rank": np.concatenate([c[0] for c in comm_kernels]),
+                                  "start_ns": np.concatenate([c[1] for c in comm_kernels]),
+                                  "dur_ns": np.concatenate([c[2] for c in comm_kernels]),
+                                  "name": names.categorical(np.concatenate([c[3] for c in comm_kernels]).astype(np.int64))})
+            coll_src = collectives_from_kernels(kcomm, np.full(len(kcomm), COMMUNICATION, dtype=object))
+        if n_rows(coll_src):
+            warnings.append("no NCCL collector data: collectives were reconstructed from NCCL kernels (no sizes, matched by order)")
+    clock = cfg.collective_clock
+    if clock == "auto":
+        hosts = {r.get("host") for r in meta.get("ranks", []) if r.get("rank") in ranks and r.get("host")}
+        clock = "end_aligned" if len(hosts) > 1 else "shared"
+        if clock == "end_aligned" and n_rows(coll_src):
+            warnings.append(f"ranks ran on {len(hosts)} hosts: collective skew is estimated from operation durations "
+                            "(immune to clock offsets between hosts), not from start times")
+    return analyze_collectives(coll_src, world_size=world_size, clock=clock)
+
+
+def _bucket_steps(passes: dict[int, _RankPass], coll: pd.DataFrame) -> pd.DataFrame:
+    """``Analysis.steps``: every rank's windows swept into the buckets, with the rank's
+    exposed collective waits (``wait_ns``) as its ``comm_wait`` layer."""
+    cw = split_by_rank(coll[coll["wait_ns"] > 0]) if len(coll) else {}
+    parts = []
+    for r, p in passes.items():  # ranks ascending, as breakdown() orders them
+        if p.windows is None:
+            continue
+        c = cw.get(r)
+        wait = EMPTY
+        if c is not None:
+            cs = as_i64(c["start_ns"])
+            wait = (cs, cs + as_i64(c["wait_ns"]))
+        parts.append(_steps_rows(p.windows, {**p.layers, "comm_wait": wait}))
+    if parts:
+        return _concat(parts)
+    from perfscope.analyzers.steps import _empty
+
+    steps = breakdown(_empty()[list(WINDOW_COLUMNS)], {})
+    steps["sync_calls"] = pd.Series(dtype="int64")
+    steps["post_sync_idle_ns"] = pd.Series(dtype="int64")
+    return steps
 
 
 def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
@@ -518,86 +554,6 @@ def _copy_summary(memcpy: pd.DataFrame | Columns, copy_kind: Any = None) -> pd.D
     })
 
 
-# ------------------------------------------------------------------------------------
-# JSON
-
-
-def _records(df: pd.DataFrame) -> list[dict[str, Any]]:
-    """DataFrame -> list of JSON-safe dicts (ints stay ints, NaN/NA become null)."""
-    if df is None or len(df) == 0:
-        return []
-    out = []
-    cols = list(df.columns)
-    arrays = []
-    for c in cols:
-        s = df[c]
-        if pd.api.types.is_bool_dtype(s.dtype):
-            arrays.append([None if pd.isna(v) else bool(v) for v in s.to_numpy(object)])
-        elif pd.api.types.is_integer_dtype(s.dtype):
-            arrays.append([None if pd.isna(v) else int(v) for v in s.to_numpy(object)])
-        elif pd.api.types.is_float_dtype(s.dtype):
-            arrays.append([None if (v is None or (isinstance(v, float) and math.isnan(v))) else float(v) for v in s.to_numpy(object)])
-        else:
-            arrays.append([None if (v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v))) else (v if isinstance(v, (str, int, float, bool)) else str(v)) for v in s.to_numpy(object)])
-    for i in range(len(df)):
-        out.append({c: arrays[j][i] for j, c in enumerate(cols)})
-    return out
-
-
-def _jsonable(v: Any) -> Any:
-    if isinstance(v, (np.integer,)):
-        return int(v)
-    if isinstance(v, (np.floating,)):
-        f = float(v)
-        return None if math.isnan(f) else f
-    if isinstance(v, float) and math.isnan(v):
-        return None
-    if isinstance(v, (np.bool_,)):
-        return bool(v)
-    if isinstance(v, dict):
-        return {str(k): _jsonable(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return [_jsonable(x) for x in v]
-    return v
-
-
-def recommendation_to_json(r: Recommendation) -> dict[str, Any]:
-    """One recommendation as a JSON-safe dict (every dataclass field)."""
-    return _jsonable(dataclasses.asdict(r))
-
-
-def analysis_to_json(a: Analysis) -> dict[str, Any]:
-    """The JSON document of an analysis.
-
-    Returns:
-        a dict with ``schema`` (1), ``run`` (id, source, world_size, status), ``buckets``,
-        ``steps`` (rows: rank, step, start_ns, end_ns, wall_ns, the six ``*_ns`` buckets,
-        hidden_network_ns, hidden_pcie_ns, ...), ``summary`` (per rank medians),
-        ``gpu_summary`` (rank, span_ns, idle_ns, compute_ns, non_compute_ns, ...),
-        ``recommendations`` (id, bucket, title, message, evidence, saving_ns, saving_share,
-        change, ranks), ``kernels``, ``launch``, ``collectives``, ``stragglers``, ``copies``
-        and ``warnings``. Times in ns, bandwidths in GB/s.
-    """
-    from perfscope.analyzers.result import BUCKETS
-
-    meta = a.meta or {}
-    return {
-        "schema": 1,
-        "run": {k: _jsonable(meta.get(k)) for k in ("run_id", "source", "world_size", "status")},
-        "buckets": list(BUCKETS),
-        "steps": _records(a.steps),
-        "summary": _records(step_summary(a.steps)),
-        "gpu_summary": _records(a.gpu_summary),
-        "recommendations": [recommendation_to_json(r) for r in a.recommendations],
-        "kernels": _records(a.kernels),
-        "launch": _records(a.launch),
-        "collectives": _records(a.collectives),
-        "stragglers": _records(a.stragglers),
-        "copies": _records(a.copies),
-        "warnings": list(a.warnings),
-    }
-
-
 def step_summary(steps: pd.DataFrame) -> pd.DataFrame:
     """Median step per rank: ``rank``, ``steps``, ``wall_ns`` and the six bucket columns
     (medians over the rank's steps, int ns), plus ``*_share`` of the median wall time."""
@@ -613,4 +569,4 @@ def step_summary(steps: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-__all__ = ["analyze_run", "analysis_to_json", "recommendation_to_json", "step_summary", "COLUMNS"]
+__all__ = ["analyze_run", "step_summary", "COLUMNS"]

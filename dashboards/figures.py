@@ -18,24 +18,17 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from perfscope.analyzers.result import BUCKETS
+# One colour and label per bucket, the same as the HTML reports' (perfscope.reports.style).
+from perfscope.reports.style import BUCKET_COLORS, BUCKET_LABELS
 
-# One colour per bucket, the same in every figure (colour-blind safe, Okabe-Ito order).
-BUCKET_COLORS: dict[str, str] = {
-    "compute": "#0072B2",
-    "network": "#E69F00",
-    "sync": "#D55E00",
-    "pcie": "#CC79A7",
-    "data_loading": "#009E73",
-    "host": "#999999",
-}
-BUCKET_LABELS: dict[str, str] = {b: b.replace("_", " ") for b in BUCKETS}
+# Timeline lanes take the colour of the bucket their events feed.
 LANE_COLORS: dict[str, str] = {
-    "host": "#999999",
+    "host": BUCKET_COLORS["host"],
     "marker": "#56B4E9",
-    "stream": "#0072B2",
-    "cop": "#CC79A7",
-    "collective": "#E69F00",
-    "sync": "#D55E00",
+    "stream": BUCKET_COLORS["compute"],
+    "cop": BUCKET_COLORS["pcie"],
+    "collective": BUCKET_COLORS["network"],
+    "sync": BUCKET_COLORS["sync"],
 }
 _NS_PER_MS = 1e6
 _TEMPLATE = "plotly_white"

@@ -3,6 +3,7 @@
 Public API (everything else is internal):
 
 * :func:`open_run` - open a recorded or imported run for reading (``Run.table(...)``).
+* :func:`analyze` - analyse a run directory, an open run or a Kineto trace file.
 * :func:`profile` - record in-process: ``with perfscope.profile("runs/exp1") as prof: ...``.
 * :func:`annotate` - an NVTX range that lands in the ``markers`` table.
 * :class:`PerfscopeError` - base of every error perfscope raises.
@@ -16,8 +17,9 @@ from perfscope.store import open_run
 
 __version__ = "0.1.0"
 
-# Imported on first use so that `import perfscope` stays cheap (no torch, no CUPTI).
+# Imported on first use so that `import perfscope` stays cheap (no torch, no CUPTI, no pandas).
 _LAZY = {
+    "analyze": "perfscope.pipeline",
     "profile": "perfscope.profiler",
     "annotate": "perfscope.profiler",
     "Profiler": "perfscope.profiler",
@@ -36,4 +38,4 @@ def __getattr__(name: str) -> Any:
     return value
 
 
-__all__ = ["open_run", "profile", "annotate", "Profiler", "Schedule", "PerfscopeError", "__version__"]
+__all__ = ["PerfscopeError", "Profiler", "Schedule", "__version__", "analyze", "annotate", "open_run", "profile"]

@@ -1,21 +1,98 @@
-"""Import a Kineto trace and analyse it in one go: :func:`import_and_analyze`.
+"""The one analysis entry, :func:`analyze`, and :func:`import_and_analyze` behind it for traces.
 
 Here rather than in the analyzers, which are pure (no file writing), or in the store, which
-never imports the analyzers: this module only strings the two together.  The import keeps
-its tables in memory and writes the run on a background thread (Parquet encoding releases
-the GIL) while the analysis reads those tables, so the write costs next to no wall time;
-the result equals ``analyze_run(open_run(out))`` after ``import_kineto(files, out)``.
+never imports the analyzers: this module only strings the two together.  A Kineto trace is
+imported while it is analysed: the import keeps its tables in memory and writes the run on
+a background thread (Parquet encoding releases the GIL) while the analysis reads those
+tables, so the write costs next to no wall time; the result equals
+``analyze_run(open_run(out))`` after ``import_kineto(files, out)``.
+
+What an import had to guess (a rank, skipped events) is reported as a
+:class:`TraceImportWarning` through :mod:`warnings` (library code never prints); the CLI
+shows them on stderr.
 """
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from perfscope.analyzers import AnalysisConfig, analyze_run
+from perfscope.analyzers.analysis import Progress
 from perfscope.analyzers.result import Analysis
-from perfscope.store.kineto import ImportResult, import_kineto
+from perfscope.errors import InputError, UsageError
+from perfscope.store import MemoryRun, Run, open_run
+
+if TYPE_CHECKING:
+    from perfscope.store.kineto import ImportResult
 
 PathLike = str | os.PathLike[str]
+TRACE_SUFFIXES = (".json", ".json.gz")
+
+
+class TraceImportWarning(UserWarning):
+    """Something the import of a trace had to guess or skip (the run was still written)."""
+
+
+def analyze(source: PathLike | Run | MemoryRun, config: AnalysisConfig | None = None, *, progress: Progress | None = None,
+            run_out: PathLike | None = None, force: bool = False) -> Analysis:
+    """Analyse a run: open it if it is a path, import it first if it is a Kineto trace file.
+
+    Args:
+        source: a run directory, an open run (:func:`perfscope.open_run`), or a PyTorch
+            profiler (Kineto) trace file (``.json``/``.json.gz``), which is imported into a
+            run at ``run_out`` and analysed in one go (:func:`import_and_analyze`).
+        config: the analysis options (defaults: :class:`~perfscope.analyzers.AnalysisConfig`).
+        progress: called with a short message before each stage.
+        run_out: for a trace, the run directory to create (default :func:`default_run_dir`).
+        force: for a trace, replace a run that exists at ``run_out``.
+
+    Returns:
+        the :class:`~perfscope.analyzers.result.Analysis` (see its docstring for every table).
+
+    Raises:
+        UsageError: ``run_out``/``force`` given for a run, no ``run_out`` and the trace's
+            folder is not writable, an invalid option, or a rank the run does not have.
+        InputError: a trace file that does not exist.
+        PerfscopeError: whatever opening, importing (:func:`import_kineto`) or analysing
+            (:func:`~perfscope.analyzers.analyze_run`) raises.
+    """
+    if not isinstance(source, (str, os.PathLike)):
+        _refuse_run_options(source, run_out, force)
+        return analyze_run(source, config, progress=progress)
+    path = os.fspath(source)
+    if os.path.isfile(path):  # a run is a directory: a file is a trace to import
+        out = Path(run_out) if run_out is not None else default_run_dir(path)
+        if run_out is None and not os.access(out.parent, os.W_OK):
+            raise UsageError(f"cannot write the run beside the trace ({out.parent} is not writable); "
+                             "choose where with run_out (-o/--run-out DIR)")
+        result, analysis = import_and_analyze(path, out, config, force=force, progress=progress)
+        for w in result.warnings:
+            warnings.warn(w, TraceImportWarning, stacklevel=2)
+        return analysis
+    if not os.path.exists(path) and path.lower().endswith(TRACE_SUFFIXES):
+        raise InputError(f"no such trace file: {path}")
+    _refuse_run_options(path, run_out, force)
+    return analyze_run(open_run(path), config, progress=progress)
+
+
+def _refuse_run_options(source: object, run_out: PathLike | None, force: bool) -> None:
+    if run_out is not None or force:
+        raise UsageError(f"run_out and force (-o/--run-out, --force) apply to a trace file, and {source} is not a file; "
+                         "to import traces use `perfscope import kineto`")
+
+
+def default_run_dir(trace: PathLike) -> Path:
+    """The run directory a trace is imported into without ``run_out``: beside the trace,
+    named after it (``t.json.gz`` -> ``t.perfscope``)."""
+    p = Path(trace)
+    name = p.name
+    for suffix in (".gz", ".json"):
+        if name.lower().endswith(suffix) and len(name) > len(suffix):
+            name = name[: -len(suffix)]
+    return p.with_name(name + ".perfscope")
 
 
 def import_and_analyze(
@@ -25,7 +102,7 @@ def import_and_analyze(
     *,
     rank: int | None = None,
     force: bool = False,
-    progress: Callable[[str], None] | None = None,
+    progress: Progress | None = None,
 ) -> tuple[ImportResult, Analysis]:
     """Import Kineto trace ``files`` into a new run at ``out`` and analyse it.
 
@@ -47,6 +124,10 @@ def import_and_analyze(
         over the analysis's (which is chained to it); an analysis that fails leaves the
         written run in place.
     """
+    from perfscope.store.kineto import (
+        import_kineto,  # the importer's import cost only for traces
+    )
+
     say = progress or (lambda _m: None)
     (config or AnalysisConfig()).check()  # a bad option must not cost an import and leave a run behind
     result = import_kineto(files, out, rank=rank, force=force, background=True,
@@ -61,4 +142,4 @@ def import_and_analyze(
     return result, analysis
 
 
-__all__ = ["import_and_analyze"]
+__all__ = ["TraceImportWarning", "analyze", "default_run_dir", "import_and_analyze"]

@@ -6,26 +6,20 @@ Exit codes: 0 no regression (also an improvement, and "too few steps" with a war
 """
 from __future__ import annotations
 
-import contextlib
-import inspect
-import os
-import shutil
-import sys
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
 
-from perfscope.errors import RunExistsError, UsageError
+from perfscope.cli.options import analysis_options, progress_reporter, stdout_style
+from perfscope.errors import UsageError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
-
+    from perfscope.analyzers import AnalysisConfig
     from perfscope.analyzers.compare import Comparison
-    from perfscope.analyzers.result import Analysis
-    from perfscope.store import Run
 
 FORMAT_CHOICES = ("text", "md", "junit", "html", "json")
+# Wide enough for the metric table when the text goes into a pipe or a CI log.
+PIPE_WIDTH = 110
 
 
 def parse_share(text: str) -> float:
@@ -51,55 +45,10 @@ def parse_share(text: str) -> float:
     return value
 
 
-def load_analysis(path: str, progress: Callable[[str], None] | None = None) -> Analysis:
-    """Open the run at ``path`` and analyse it; ``progress`` gets a message per stage.
-
-    Raises:
-        InputError / NotARunError: ``path`` is missing or not a run (from the store).
-    """
-    from perfscope.store import open_run
-
-    run = open_run(path)
-    analyze_run = find_analyze_run()
-    if progress is not None and "progress" in inspect.signature(analyze_run).parameters:
-        return analyze_run(run, progress=progress)  # type: ignore[call-arg]
-    return analyze_run(run)
-
-
-@contextlib.contextmanager
-def _progress(label: str) -> Iterator[Callable[[str], None] | None]:
-    """A spinner on stderr while ``label`` is analysed, only when stderr is a terminal."""
-    if not sys.stderr.isatty():
-        yield None
-        return
-    from rich.console import Console
-
-    console = Console(stderr=True)
-    with console.status(f"analysing {label}") as status:
-        yield lambda msg: status.update(f"analysing {label}: {msg}")
-
-
-def find_analyze_run() -> Callable[[Run], Analysis]:
-    """Return ``perfscope.analyzers.analyze_run``.
-
-    Raises:
-        PerfscopeError: this build has no analyzer (a broken or partial install).
-    """
-    try:
-        from perfscope.analyzers import analyze_run  # type: ignore[attr-defined]
-    except ImportError:
-        try:
-            from perfscope.analyzers.analysis import analyze_run
-        except ImportError as e:
-            from perfscope.errors import PerfscopeError
-
-            raise PerfscopeError(f"this perfscope build cannot analyse runs ({e}); reinstall perfscope") from None
-    return analyze_run  # type: ignore[no-any-return]
-
-
 def run_compare(
     base: str,
     new: str,
+    config: AnalysisConfig | None = None,
     *,
     metric: str = "step_time",
     max_regression: float = 0.05,
@@ -107,14 +56,16 @@ def run_compare(
     min_steps: int = 5,
     seed: int = 0,
 ) -> Comparison:
-    """Analyse both runs and compare them (see :func:`perfscope.analyzers.compare.compare_runs`)."""
+    """Analyse both runs with the same ``config`` (:func:`perfscope.analyze`) and compare
+    them (see :func:`perfscope.analyzers.compare.compare_runs`)."""
+    import perfscope
     from perfscope.analyzers.compare import compare_runs, normalize_metric
 
     metric = normalize_metric(metric)  # a bad --metric fails before minutes of analysis
     analyses = []
     for path in (base, new):
-        with _progress(path) as progress:
-            analyses.append(load_analysis(path, progress) if progress is not None else load_analysis(path))
+        with progress_reporter(f"analysing {path}") as progress:
+            analyses.append(perfscope.analyze(path, config, progress=progress))
     a, b = analyses
     return compare_runs(a, b, metric=metric, max_regression=max_regression, per_rank=per_rank, min_steps=min_steps,
                         seed=seed, base_label=base, new_label=new)
@@ -130,6 +81,7 @@ def run_compare(
 @click.option("--per-rank", is_flag=True, help="Judge every rank separately (any rank's regression fails).")
 @click.option("--min-steps", default=5, show_default=True, type=click.IntRange(min=1),
               help="Refuse to judge (pass with a warning) when either run has fewer steps.")
+@analysis_options
 @click.option("--format", "fmts", type=click.Choice(FORMAT_CHOICES), multiple=True,
               help="text (default), md (CI job summary), junit (XML), html (self-contained) or json. "
                    "Repeat with one -o each to write several reports from one analysis.")
@@ -139,12 +91,13 @@ def run_compare(
 @click.option("--seed", default=0, show_default=True, type=int, hidden=True, help="Bootstrap seed.")
 @click.pass_context
 def compare(ctx: click.Context, base: str, new: str, metric: str, max_regression: str, per_rank: bool, min_steps: int,
-            fmts: tuple[str, ...], outputs: tuple[str, ...], force: bool, seed: int) -> None:
+            config: AnalysisConfig, fmts: tuple[str, ...], outputs: tuple[str, ...], force: bool, seed: int) -> None:
     """Compare run NEW against run BASE; exit 1 if NEW regressed beyond noise.
 
     The verdict uses the per-step distributions: the change of the median step time with a
     bootstrap interval.  NEW fails only when it is significantly slower AND the slowdown
-    exceeds --max-regression.  Exit codes: 0 pass, 1 regression, 2 usage or input error.
+    exceeds --max-regression.  --step-pattern and --ranks apply to both runs.  Exit codes:
+    0 pass, 1 regression, 2 usage or input error.
 
     \b
     Examples:
@@ -152,15 +105,19 @@ def compare(ctx: click.Context, base: str, new: str, metric: str, max_regression
       perfscope compare main.perfscope pr.perfscope --format md >> "$GITHUB_STEP_SUMMARY"
       perfscope compare main.perfscope pr.perfscope --format junit -o perf.xml --format html -o perf.html
     """
+    from perfscope.reports import render_comparison
+    from perfscope.reports.output import write_atomic
+
     threshold = parse_share(max_regression)
     targets = plan_outputs(fmts, outputs, force=force)
-    result = run_compare(base, new, metric=metric, max_regression=threshold, per_rank=per_rank, min_steps=min_steps, seed=seed)
+    result = run_compare(base, new, config, metric=metric, max_regression=threshold, per_rank=per_rank,
+                         min_steps=min_steps, seed=seed)
     for fmt, output in targets:
-        text = _render(result, fmt, to_terminal=output is None)
         if output is None:
-            click.echo(text, nl=False)
+            color, width = stdout_style(PIPE_WIDTH)
+            click.echo(render_comparison(result, fmt, **({"color": color, "width": width} if fmt == "text" else {})), nl=False)
         else:
-            _write(Path(output), text)
+            write_atomic(output, render_comparison(result, fmt))
     if not result.passed:
         ctx.exit(1)
 
@@ -172,6 +129,8 @@ def plan_outputs(fmts: tuple[str, ...], outputs: tuple[str, ...], *, force: bool
         UsageError: the counts do not match, or stdout is asked for twice.
         RunExistsError: an output file exists and ``force`` is false.
     """
+    from perfscope.reports.output import check_output
+
     fmts = fmts or ("text",)
     if not outputs:
         if len(fmts) > 1:
@@ -186,25 +145,5 @@ def plan_outputs(fmts: tuple[str, ...], outputs: tuple[str, ...], *, force: bool
     if len(set(files)) != len(files):
         raise UsageError("two reports would be written to the same -o file")
     for o in files:
-        if Path(o).exists() and not force:
-            raise RunExistsError(f"{o} exists; pass --force to replace it or choose another -o")
+        check_output(o, force=force)
     return targets
-
-
-def _render(result: Comparison, fmt: str, *, to_terminal: bool) -> str:
-    from perfscope.reports.compare_render import render, render_text
-
-    if fmt == "text" and to_terminal:
-        color = sys.stdout.isatty() and "NO_COLOR" not in os.environ
-        width = shutil.get_terminal_size((110, 24)).columns if color else 110
-        return render_text(result, color=color, width=max(80, width))
-    return render(result, fmt)
-
-
-def _write(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file (a crash never leaves half a report)."""
-    if not path.parent.exists():
-        raise UsageError(f"folder {path.parent} does not exist; create it or choose another -o")
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)

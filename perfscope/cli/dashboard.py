@@ -2,16 +2,24 @@
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 import click
 
+from perfscope.cli.options import analysis_options
 from perfscope.errors import UsageError
+
+if TYPE_CHECKING:
+    from perfscope.analyzers import AnalysisConfig
+    from perfscope.analyzers.result import Analysis
+    from perfscope.store import Run
 
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 
 
-def make_server(runs: list[str], host: str, port: int):  # type: ignore[no-untyped-def]
-    """Build the app for ``runs``, analyse every run, and bind a threaded WSGI server.
+def make_server(runs: list[str], host: str, port: int, config: AnalysisConfig | None = None):  # type: ignore[no-untyped-def]
+    """Build the app for ``runs``, analyse every run (with ``config``, through
+    :func:`perfscope.analyze`), and bind a threaded WSGI server.
 
     Returns:
         (werkzeug server, app); the server is bound but not yet serving.
@@ -24,7 +32,12 @@ def make_server(runs: list[str], host: str, port: int):  # type: ignore[no-untyp
 
     from perfscope.dashboards.app import create_app
 
-    app = create_app(runs)
+    def analyze(run: Run) -> Analysis:
+        import perfscope
+
+        return perfscope.analyze(run, config)
+
+    app = create_app(runs, analyze=analyze)
     data = app.server.config["perfscope_data"]
     for i, label in enumerate(data.labels):
         t = time.perf_counter()
@@ -61,13 +74,14 @@ def _check_bindable(host: str, port: int) -> None:
               help="Address to listen on. Anything but loopback exposes the traces to the network.")
 @click.option("--port", default=8050, show_default=True, type=click.IntRange(0, 65535),
               help="Port to listen on (0: any free port).")
-def dashboard(runs: tuple[str, ...], host: str, port: int) -> None:
+@analysis_options
+def dashboard(runs: tuple[str, ...], host: str, port: int, config: AnalysisConfig) -> None:
     """Serve the web dashboard for RUNS (one or more run directories) until Ctrl-C.
 
     With two or more runs the Compare tab compares them. Only the runs named here are
-    served.
+    served. --step-pattern and --ranks apply to every run.
     """
-    server, _ = make_server(list(runs), host, port)
+    server, _ = make_server(list(runs), host, port, config)
     shown = f"[{host}]" if ":" in host else host
     url = f"http://{shown}:{server.server_port}/"
     if host not in LOOPBACK:

@@ -1,40 +1,18 @@
 """``perfscope import kineto FILES... -o RUN``: PyTorch profiler traces into a run."""
 from __future__ import annotations
 
-import sys
-from contextlib import contextmanager
-from collections.abc import Iterator
-
 import click
 
-from perfscope.store.kineto import ProgressFn, import_kineto
+from perfscope.cli.options import progress_reporter
+from perfscope.store.kineto import import_kineto
 
-#: Inputs at least this big (bytes, all files) get a progress bar on a terminal.
+#: Inputs at least this big (bytes, all files) show progress on a terminal.
 PROGRESS_MIN_BYTES = 20 << 20
 
 
 @click.group(name="import")
 def import_group() -> None:
     """Import traces from other profilers into a perfscope run."""
-
-
-@contextmanager
-def _progress(total_bytes: int) -> Iterator[ProgressFn | None]:
-    """A rich progress bar on stderr when it is a terminal and the input is big, else None."""
-    if total_bytes < PROGRESS_MIN_BYTES or not sys.stderr.isatty():
-        yield None
-        return
-    from rich.console import Console
-    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
-
-    with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TimeElapsedColumn(),
-                  console=Console(stderr=True), transient=True) as bar:
-        task = bar.add_task("importing", total=total_bytes)
-
-        def update(message: str, done: int, total: int) -> None:
-            bar.update(task, description=message, completed=done, total=total)
-
-        yield update
 
 
 @import_group.command(name="kineto")
@@ -49,8 +27,9 @@ def kineto(files: tuple[str, ...], output: str, rank: int | None, force: bool) -
     import os
 
     total = sum(os.path.getsize(f) for f in files if os.path.isfile(f))
-    with _progress(total) as progress:
-        result = import_kineto(list(files), output, rank=rank, force=force, progress=progress)
+    with progress_reporter("importing", enabled=total >= PROGRESS_MIN_BYTES) as progress:
+        result = import_kineto(list(files), output, rank=rank, force=force,
+                               progress=progress.fraction if progress is not None else None)
     for w in result.warnings:
         click.echo(f"perfscope: warning: {w}", err=True)
     ranks = result.ranks

@@ -40,24 +40,8 @@ def info(run: str, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(doc, indent=2, default=str))
         return
-    from rich.console import Console
-    from rich.table import Table
+    from perfscope.cli.options import stdout_style
+    from perfscope.reports.text import render_info_text
 
-    console = Console()
-    console.print(f"[bold]{doc['path']}[/bold]  status={doc['status']}  schema={doc['schema_version']}  source={doc['source']}")
-    if doc["command"]:
-        console.print("command: " + " ".join(map(str, doc["command"])), markup=False)
-    ranks = Table("rank", "host", "status", "gpu", title="ranks")
-    for r in doc["ranks"]:
-        gpu = r.get("gpu") or {}
-        ranks.add_row(
-            str(r.get("rank")),
-            str(r.get("host") or "-"),
-            str(r.get("status") or "-"),
-            str((gpu.get("name") if isinstance(gpu, dict) else gpu) or "-"),
-        )
-    console.print(ranks)
-    tables = Table("table", "rows", title="tables")
-    for name, n in doc["tables"].items():
-        tables.add_row(name, f"{n:,}")
-    console.print(tables)
+    color, width = stdout_style(80)
+    click.echo(render_info_text(doc, width=width, color=color), nl=False)

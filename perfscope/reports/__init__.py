@@ -1,25 +1,71 @@
-"""Report renderers: draw what the analyzers return (Markdown, self-contained HTML, figures).
+"""Renderers: an :class:`~perfscope.analyzers.result.Analysis` or a
+:class:`~perfscope.analyzers.compare.Comparison` in, text out.  The CLI picks a format and
+decides where the text goes.
 
-Pure functions from an :class:`~perfscope.analyzers.result.Analysis` to text or plotly
-figures; the CLI writes the files.  Modules: :mod:`.markdown` (``render_markdown``),
-:mod:`.html` (``render_html``, plotly.js inlined), :mod:`.figures` (plotly figures),
-:mod:`.compare_render` (``perfscope compare``).  Imported lazily so that using one renderer
-does not import plotly for the others.
+One module per format, each rendering both: :mod:`.text` (rich tables; also ``info`` and
+``doctor``), :mod:`.jsondoc` (JSON documents), :mod:`.markdown`, :mod:`.html` (one
+self-contained page, plotly.js inlined; :mod:`.figures` draws its charts) with
+:mod:`.html_compare`, and :mod:`.junit` (comparisons only).  :mod:`.style` holds what they
+share with each other and with the dashboard (bucket colours and labels, number formats,
+escaping); :mod:`.comparison` what the comparison renderers say alike; :mod:`.output`
+writes report files.  Modules are imported on use, so one format does not pay for
+plotly or rich.
 """
 from __future__ import annotations
 
-from typing import Any
+import importlib
+from typing import TYPE_CHECKING, Any
 
-_LAZY = {"render_html": "perfscope.reports.html", "render_markdown": "perfscope.reports.markdown"}
+from perfscope.errors import UsageError
+
+if TYPE_CHECKING:
+    from perfscope.analyzers.compare import Comparison
+    from perfscope.analyzers.result import Analysis
+
+# format -> "module:function"; every function takes the object first, then keyword options.
+ANALYSIS_RENDERERS: dict[str, str] = {
+    "text": "perfscope.reports.text:render_analysis_text",
+    "json": "perfscope.reports.jsondoc:render_analysis_json",
+    "md": "perfscope.reports.markdown:render_markdown",
+    "html": "perfscope.reports.html:render_html",
+}
+COMPARISON_RENDERERS: dict[str, str] = {
+    "text": "perfscope.reports.text:render_comparison_text",
+    "md": "perfscope.reports.markdown:render_comparison_markdown",
+    "junit": "perfscope.reports.junit:render_junit",
+    "html": "perfscope.reports.html_compare:render_comparison_html",
+    "json": "perfscope.reports.jsondoc:render_comparison_json",
+}
+ANALYSIS_FORMATS: tuple[str, ...] = tuple(ANALYSIS_RENDERERS)
+COMPARISON_FORMATS: tuple[str, ...] = tuple(COMPARISON_RENDERERS)
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'perfscope.reports' has no attribute {name!r}")
-    import importlib
-
+def _renderer(table: dict[str, str], fmt: str) -> Any:
+    try:
+        module, name = table[fmt].split(":")
+    except KeyError:
+        raise UsageError(f"unknown format {fmt!r}; use one of {', '.join(table)}") from None
     return getattr(importlib.import_module(module), name)
 
 
-__all__ = ["render_html", "render_markdown"]
+def render_analysis(a: Analysis, fmt: str, **options: Any) -> str:
+    """Render an analysis in ``fmt`` (one of :data:`ANALYSIS_FORMATS`); ``options`` go to
+    the format's renderer (``title`` for md/html, ``width``/``color`` for text).
+
+    Raises:
+        UsageError: an unknown format.
+    """
+    return _renderer(ANALYSIS_RENDERERS, fmt)(a, **options)  # type: ignore[no-any-return]
+
+
+def render_comparison(c: Comparison, fmt: str, **options: Any) -> str:
+    """Render a comparison in ``fmt`` (one of :data:`COMPARISON_FORMATS`); ``options`` go
+    to the format's renderer (``width``/``color`` for text, ``top`` for tables).
+
+    Raises:
+        UsageError: an unknown format.
+    """
+    return _renderer(COMPARISON_RENDERERS, fmt)(c, **options)  # type: ignore[no-any-return]
+
+
+__all__ = ["ANALYSIS_FORMATS", "COMPARISON_FORMATS", "render_analysis", "render_comparison"]

@@ -1,30 +1,22 @@
 """Plotly figures of an analysis, as pure functions (Analysis tables in, Figure out).
 
 Every name that comes from a trace (kernel names, ranks' host names) is untrusted: it is
-HTML-escaped before it reaches a figure, because plotly renders a subset of HTML in labels.
+HTML-escaped (:func:`~perfscope.reports.style.escape_html`) before it reaches a figure,
+because plotly renders a subset of HTML in labels.  Colours come from
+:mod:`perfscope.reports.style`, as the dashboard's do.
 """
 from __future__ import annotations
-
-import html
 
 import pandas as pd
 import plotly.graph_objects as go
 
 from perfscope.analyzers.result import BUCKET_COLUMNS, BUCKETS
-
-# One colour per bucket, stable across every figure and report.
-BUCKET_COLORS: dict[str, str] = {
-    "compute": "#2e7d32", "network": "#1565c0", "sync": "#c62828",
-    "pcie": "#6a1b9a", "data_loading": "#ef6c00", "host": "#757575",
-}
-
-
-def safe(text: object, limit: int = 120) -> str:
-    """Escape untrusted text for plotly labels and HTML, shortening it to ``limit`` chars."""
-    s = str(text)
-    if len(s) > limit:
-        s = s[: limit - 1] + "…"
-    return html.escape(s, quote=True)
+from perfscope.reports.style import (
+    BUCKET_COLORS,
+    BUCKET_LABELS,
+    IDLE_COLOR,
+    escape_html,
+)
 
 
 def _layout(fig: go.Figure, title: str, y_title: str) -> go.Figure:
@@ -42,8 +34,8 @@ def step_buckets_figure(steps: pd.DataFrame) -> go.Figure:
         return _layout(fig, "Step time by bucket (no steps)", "ms")
     x = [f"r{int(r)}/s{int(s)}" for r, s in zip(steps["rank"], steps["step"])]
     for b, col in zip(BUCKETS, BUCKET_COLUMNS):
-        fig.add_bar(name=b, x=x, y=steps[col] / 1e6, marker_color=BUCKET_COLORS[b],
-                    hovertemplate=f"{b}: %{{y:.3f}} ms<extra>%{{x}}</extra>")
+        fig.add_bar(name=BUCKET_LABELS[b], x=x, y=steps[col] / 1e6, marker_color=BUCKET_COLORS[b],
+                    hovertemplate=f"{BUCKET_LABELS[b]}: %{{y:.3f}} ms<extra>%{{x}}</extra>")
     fig = _layout(fig, "Step time by bucket", "ms")
     fig.update_xaxes(title="rank / step", type="category")
     return fig
@@ -57,8 +49,8 @@ def rank_shares_figure(summary: pd.DataFrame) -> go.Figure:
     x = [f"rank {int(r)}" for r in summary["rank"]]
     wall = summary["wall_ns"].where(summary["wall_ns"] > 0)
     for b, col in zip(BUCKETS, BUCKET_COLUMNS):
-        fig.add_bar(name=b, x=x, y=(100 * summary[col] / wall).fillna(0), marker_color=BUCKET_COLORS[b],
-                    hovertemplate=f"{b}: %{{y:.1f}}%<extra>%{{x}}</extra>")
+        fig.add_bar(name=BUCKET_LABELS[b], x=x, y=(100 * summary[col] / wall).fillna(0), marker_color=BUCKET_COLORS[b],
+                    hovertemplate=f"{BUCKET_LABELS[b]}: %{{y:.1f}}%<extra>%{{x}}</extra>")
     fig = _layout(fig, "Median step by rank", "% of step")
     fig.update_xaxes(type="category")
     return fig
@@ -72,7 +64,7 @@ def gpu_summary_figure(gpu_summary: pd.DataFrame) -> go.Figure:
     x = [f"rank {int(r)}" for r in gpu_summary["rank"]]
     for name, col, color in (("compute", "compute_ns", BUCKET_COLORS["compute"]),
                              ("non-compute", "non_compute_ns", BUCKET_COLORS["network"]),
-                             ("idle", "idle_ns", "#bdbdbd")):
+                             ("idle", "idle_ns", IDLE_COLOR)):
         fig.add_bar(name=name, x=x, y=gpu_summary[col] / 1e6, marker_color=color,
                     hovertemplate=f"{name}: %{{y:.3f}} ms<extra>%{{x}}</extra>")
     fig = _layout(fig, "GPU time over the traced span (HTA temporal breakdown)", "ms")
@@ -87,7 +79,7 @@ def top_kernels_figure(kernels: pd.DataFrame, n: int = 15) -> go.Figure:
         return _layout(fig, "Top kernels (none)", "")
     k = kernels.groupby(["name", "kind"], sort=False, observed=True)["total_ns"].sum().reset_index()
     k = k.sort_values("total_ns", ascending=False).head(n).iloc[::-1]
-    labels = [safe(nm, 70) for nm in k["name"]]
+    labels = [escape_html(nm, 70) for nm in k["name"]]
     colors = [BUCKET_COLORS["network"] if kd == "communication" else BUCKET_COLORS["pcie"] if kd == "memory" else BUCKET_COLORS["compute"] for kd in k["kind"]]
     fig.add_bar(x=k["total_ns"] / 1e6, y=labels, orientation="h", marker_color=colors,
                 hovertemplate="%{y}: %{x:.3f} ms<extra></extra>")
@@ -113,5 +105,10 @@ def arrival_skew_figure(collectives: pd.DataFrame) -> go.Figure:
     return fig
 
 
-__all__ = ["BUCKET_COLORS", "safe", "step_buckets_figure", "rank_shares_figure", "gpu_summary_figure",
-           "top_kernels_figure", "arrival_skew_figure"]
+__all__ = [
+    "arrival_skew_figure",
+    "gpu_summary_figure",
+    "rank_shares_figure",
+    "step_buckets_figure",
+    "top_kernels_figure",
+]

@@ -1,40 +1,38 @@
-"""Markdown report of an analysis (a pure function: Analysis in, text out)."""
+"""Markdown of an analysis (``perfscope report --format md``) and of a comparison
+(``perfscope compare --format md``, sized for a CI job summary).  Pure: data in, text out."""
 from __future__ import annotations
 
-from perfscope.analyzers.analysis import step_summary
-from perfscope.analyzers.result import BUCKET_COLUMNS, BUCKETS, Analysis
+from typing import TYPE_CHECKING
+
+import pandas as pd
+
+from perfscope.analyzers import BUCKET_COLUMNS, BUCKETS, step_summary
+from perfscope.analyzers.result import Analysis
+from perfscope.reports.style import (
+    escape_html,
+    fmt_delta_ns,
+    fmt_interval,
+    fmt_ns,
+    fmt_pct,
+    md_cell,
+    md_code,
+    ms,
+)
+
+if TYPE_CHECKING:
+    from perfscope.analyzers.compare import Comparison
 
 MAX_STEP_ROWS = 60
 
 
-def md_text(text: object, limit: int = 100) -> str:
-    """Make untrusted text safe inside a Markdown table cell: no HTML, pipes or newlines."""
-    s = str(text).replace("\r", " ").replace("\n", " ")
-    if len(s) > limit:
-        s = s[: limit - 1] + "…"
-    for a, b in (("&", "&amp;"), ("<", "&lt;"), (">", "&gt;"), ("|", "\\|"), ("`", "\\`"), ("*", "\\*"), ("_", "\\_"), ("[", "\\["), ("]", "\\]")):
-        s = s.replace(a, b)
-    return s
-
-
-def md_code(text: object, limit: int = 300) -> str:
-    """Untrusted text as an inline code span (no escapes are processed inside one, so only
-    backticks and newlines are replaced)."""
-    s = str(text).replace("`", "'").replace("\r", " ").replace("\n", " ")
-    if len(s) > limit:
-        s = s[: limit - 1] + "…"
-    return f"`{s}`"
-
-
-def ms(ns: float) -> str:
-    """Nanoseconds as milliseconds with 2 decimals."""
-    return f"{ns / 1e6:,.2f}"
-
-
-def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+def table(header: list[str], rows: list[list[str]]) -> list[str]:
+    """A Markdown table: the first column left-aligned, the others right-aligned."""
     out = ["| " + " | ".join(header) + " |", "|" + "|".join("---:" if i else "---" for i in range(len(header))) + "|"]
     out += ["| " + " | ".join(r) + " |" for r in rows]
     return out
+
+
+# -- an analysis --------------------------------------------------------------------------
 
 
 def render_markdown(a: Analysis, title: str = "perfscope report") -> str:
@@ -45,80 +43,160 @@ def render_markdown(a: Analysis, title: str = "perfscope report") -> str:
         buckets (up to 60 rows), HTA-style GPU summary, stragglers, top kernels, warnings.
     """
     meta = a.meta or {}
-    lines = [f"# {md_text(title)}", ""]
-    lines.append(f"Run {md_code(meta.get('run_id', '?'))} · source {md_text(meta.get('source', '?'))} · "
-                 f"world size {md_text(meta.get('world_size', '?'))} · status {md_text(meta.get('status', '?'))}")
+    lines = [f"# {md_cell(title, 100)}", ""]
+    lines.append(f"Run {md_code(meta.get('run_id', '?'))} · source {md_cell(meta.get('source', '?'), 100)} · "
+                 f"world size {md_cell(meta.get('world_size', '?'), 100)} · status {md_cell(meta.get('status', '?'), 100)}")
     lines.append("")
-    lines += ["## Top findings", ""]
-    if a.recommendations:
-        for i, r in enumerate(a.recommendations, 1):
-            saving = f" — saves ~{ms(r.saving_ns)} ms/step ({100 * r.saving_share:.1f}%)" if r.saving_ns else ""
-            lines.append(f"{i}. **{md_text(r.title, 200)}** ({md_code(r.id)}, {md_text(r.bucket)}){saving}")
-            lines.append(f"   {md_text(r.message, 2000)}")
-            if r.change:
-                lines.append(f"   Change: {md_code(r.change, 1000)}")
-            if r.evidence:
-                ev = ", ".join(md_code(f"{k}={v}") for k, v in r.evidence.items())
-                lines.append(f"   Evidence: {ev}")
-            lines.append("")
-    else:
-        lines += ["No rule fired: nothing in this run stands out.", ""]
-
-    summary = step_summary(a.steps)
-    lines += ["## Median step per rank", ""]
-    if len(summary):
-        header = ["rank", "steps", "wall ms", *[f"{b} ms (%)" for b in BUCKETS]]
-        rows = []
-        for _, s in summary.iterrows():
-            w = s["wall_ns"] or 1
-            rows.append([str(int(s["rank"])), str(int(s["steps"])), ms(s["wall_ns"]),
-                         *[f"{ms(s[c])} ({100 * s[c] / w:.1f}%)" for c in BUCKET_COLUMNS]])
-        lines += _table(header, rows)
-    else:
-        lines.append("No steps.")
-    lines.append("")
-
-    lines += ["## Steps", ""]
-    if len(a.steps):
-        header = ["rank", "step", "wall ms", *[f"{b} ms" for b in BUCKETS], "hidden network ms", "hidden pcie ms"]
-        rows = [[str(int(s["rank"])), str(int(s["step"])), ms(s["wall_ns"]), *[ms(s[c]) for c in BUCKET_COLUMNS],
-                 ms(s["hidden_network_ns"]), ms(s["hidden_pcie_ns"])] for _, s in a.steps.head(MAX_STEP_ROWS).iterrows()]
-        lines += _table(header, rows)
-        if len(a.steps) > MAX_STEP_ROWS:
-            lines += ["", f"({len(a.steps) - MAX_STEP_ROWS} more steps in the JSON report)"]
-    else:
-        lines.append("No steps.")
-    lines.append("")
-
-    lines += ["## GPU time over the traced span (HTA temporal breakdown)", ""]
-    g = a.gpu_summary
-    if len(g):
-        lines += _table(["rank", "span ms", "idle ms", "compute ms", "non-compute ms"],
-                        [[str(int(r["rank"])), ms(r["span_ns"]), f"{ms(r['idle_ns'])} ({100 * r['idle_share']:.1f}%)",
-                          f"{ms(r['compute_ns'])} ({100 * r['compute_share']:.1f}%)",
-                          f"{ms(r['non_compute_ns'])} ({100 * r['non_compute_share']:.1f}%)"] for _, r in g.iterrows()])
-    else:
-        lines.append("No GPU events.")
-    lines.append("")
-
-    if len(a.stragglers):
-        lines += ["## Stragglers", ""]
-        lines += _table(["rank", "ops", "arrived last", "share", "mean lateness ms", "cost to others ms"],
-                        [[str(int(r["rank"])), str(int(r["ops"])), str(int(r["last_count"])), f"{100 * r['last_share']:.0f}%",
-                          ms(r["mean_lateness_ns"]), ms(r["cost_to_others_ns"])] for _, r in a.stragglers.iterrows()])
-        lines.append("")
-
-    if len(a.kernels):
-        lines += ["## Top kernels", ""]
-        k = a.kernels.sort_values("total_ns", ascending=False).head(15)
-        lines += _table(["rank", "kernel", "kind", "count", "total ms", "mean us", "share"],
-                        [[str(int(r["rank"])), md_text(r["name"], 90), md_text(r["kind"]), str(int(r["count"])), ms(r["total_ns"]),
-                          f"{r['mean_ns'] / 1e3:,.1f}", f"{100 * r['share']:.1f}%"] for _, r in k.iterrows()])
-        lines.append("")
-
+    for section in (_findings, _median_steps, _steps, _gpu_summary, _stragglers, _kernels):
+        lines += section(a)
     if a.warnings:
-        lines += ["## Warnings", ""] + [f"* {md_text(w, 500)}" for w in a.warnings] + [""]
+        lines += ["## Warnings", ""] + [f"* {md_cell(w, 500)}" for w in a.warnings] + [""]
     return "\n".join(lines)
 
 
-__all__ = ["render_markdown", "md_text", "md_code"]
+def _findings(a: Analysis) -> list[str]:
+    lines = ["## Top findings", ""]
+    if not a.recommendations:
+        return lines + ["No rule fired: nothing in this run stands out.", ""]
+    for i, r in enumerate(a.recommendations, 1):
+        saving = f" — saves ~{ms(r.saving_ns)} ms/step ({100 * r.saving_share:.1f}%)" if r.saving_ns else ""
+        lines.append(f"{i}. **{md_cell(r.title, 200)}** ({md_code(r.id)}, {md_cell(r.bucket, 100)}){saving}")
+        lines.append(f"   {md_cell(r.message, 2000)}")
+        if r.change:
+            lines.append(f"   Change: {md_code(r.change, 1000)}")
+        if r.evidence:
+            lines.append("   Evidence: " + ", ".join(md_code(f"{k}={v}") for k, v in r.evidence.items()))
+        lines.append("")
+    return lines
+
+
+def _median_steps(a: Analysis) -> list[str]:
+    summary = step_summary(a.steps)
+    lines = ["## Median step per rank", ""]
+    if len(summary):
+        rows = [[str(int(s["rank"])), str(int(s["steps"])), ms(s["wall_ns"]),
+                 *[f"{ms(s[c])} ({100 * s[c] / (s['wall_ns'] or 1):.1f}%)" for c in BUCKET_COLUMNS]]
+                for _, s in summary.iterrows()]
+        lines += table(["rank", "steps", "wall ms", *[f"{b} ms (%)" for b in BUCKETS]], rows)
+    else:
+        lines.append("No steps.")
+    return lines + [""]
+
+
+def _steps(a: Analysis) -> list[str]:
+    lines = ["## Steps", ""]
+    if not len(a.steps):
+        return lines + ["No steps.", ""]
+    header = ["rank", "step", "wall ms", *[f"{b} ms" for b in BUCKETS], "hidden network ms", "hidden pcie ms"]
+    rows = [[str(int(s["rank"])), str(int(s["step"])), ms(s["wall_ns"]), *[ms(s[c]) for c in BUCKET_COLUMNS],
+             ms(s["hidden_network_ns"]), ms(s["hidden_pcie_ns"])] for _, s in a.steps.head(MAX_STEP_ROWS).iterrows()]
+    lines += table(header, rows)
+    if len(a.steps) > MAX_STEP_ROWS:
+        lines += ["", f"({len(a.steps) - MAX_STEP_ROWS} more steps in the JSON report)"]
+    return lines + [""]
+
+
+def _gpu_summary(a: Analysis) -> list[str]:
+    lines = ["## GPU time over the traced span (HTA temporal breakdown)", ""]
+    g = a.gpu_summary
+    if not len(g):
+        return lines + ["No GPU events.", ""]
+    lines += table(["rank", "span ms", "idle ms", "compute ms", "non-compute ms"],
+                   [[str(int(r["rank"])), ms(r["span_ns"]), f"{ms(r['idle_ns'])} ({100 * r['idle_share']:.1f}%)",
+                     f"{ms(r['compute_ns'])} ({100 * r['compute_share']:.1f}%)",
+                     f"{ms(r['non_compute_ns'])} ({100 * r['non_compute_share']:.1f}%)"] for _, r in g.iterrows()])
+    return lines + [""]
+
+
+def _stragglers(a: Analysis) -> list[str]:
+    if not len(a.stragglers):
+        return []
+    return ["## Stragglers", "", *table(
+        ["rank", "ops", "arrived last", "share", "mean lateness ms", "cost to others ms"],
+        [[str(int(r["rank"])), str(int(r["ops"])), str(int(r["last_count"])), f"{100 * r['last_share']:.0f}%",
+          ms(r["mean_lateness_ns"]), ms(r["cost_to_others_ns"])] for _, r in a.stragglers.iterrows()]), ""]
+
+
+def _kernels(a: Analysis) -> list[str]:
+    if not len(a.kernels):
+        return []
+    k = a.kernels.sort_values("total_ns", ascending=False).head(15)
+    return ["## Top kernels", "", *table(
+        ["rank", "kernel", "kind", "count", "total ms", "mean us", "share"],
+        [[str(int(r["rank"])), md_cell(r["name"], 90), md_cell(r["kind"], 100), str(int(r["count"])), ms(r["total_ns"]),
+          f"{r['mean_ns'] / 1e3:,.1f}", f"{100 * r['share']:.1f}%"] for _, r in k.iterrows()]), ""]
+
+
+# -- a comparison -------------------------------------------------------------------------
+
+
+def render_comparison_markdown(c: Comparison, *, top: int = 10) -> str:
+    """GitHub-flavoured Markdown sized for a CI job summary (``$GITHUB_STEP_SUMMARY``).
+
+    Long tables sit in ``<details>`` blocks; names are escaped and cut to one line, so the
+    summary stays well under GitHub's 1 MiB per-step limit.
+    """
+    from perfscope.reports.comparison import (
+        change_note,
+        headline,
+        pooled_rows,
+        rank_rows,
+        side_summary,
+    )
+
+    icon = "❌" if not c.passed else "🚀" if c.verdict == "improvement" else "⚠️" if c.verdict in ("too_few_steps", "inconclusive") else "✅"
+    out = [f"## {icon} perfscope compare: {md_cell(headline(c), 200)}", ""]
+    out.append(f"**base** {md_cell(side_summary(c.base_label, c.base_info), 200)} → **new** {md_cell(side_summary(c.new_label, c.new_info), 200)}")
+    out.append("")
+    out += _metric_rows(pooled_rows(c))
+    out += ["", f"<sub>{escape_html(change_note(c))}</sub>", ""]
+    if c.per_rank:
+        out += ["<details><summary>" + escape_html(f"{c.metric} per rank") + "</summary>", ""]
+        out += _metric_rows(rank_rows(c))
+        out += ["", "</details>", ""]
+    if c.warnings:
+        out += [f"> ⚠️ {md_cell(w, 400)}" + "  " for w in c.warnings]
+        out.append("")
+    out += _changed_items(c, top)
+    if c.new_recommendations:
+        out += ["### New recommendations in NEW", ""]
+        for rec in c.new_recommendations:
+            saving = f" — saves ~{rec.saving_share:.0%} of a step" if rec.saving_share else ""
+            out.append(f"- **{md_cell(rec.title, 200)}** ({md_cell(rec.id, 80)}){saving}: {md_cell(rec.message, 400)}")
+        out.append("")
+    if c.resolved_recommendations:
+        out += ["No longer fired: " + ", ".join(md_cell(i, 80) for i in c.resolved_recommendations), ""]
+    return "\n".join(out) + "\n"
+
+
+def _metric_rows(rows: pd.DataFrame) -> list[str]:
+    from perfscope.reports.comparison import row_label, verdict_label
+
+    lines = ["| metric | steps (base/new) | base median | new median | Δ | change | interval | verdict |",
+             "|---|---:|---:|---:|---:|---:|---|---|"]
+    for _, r in rows.iterrows():
+        name = md_cell(row_label(r))
+        name = f"**{name}**" if r["gating"] else name
+        lines.append(
+            f"| {name} | {int(r['n_base'])}/{int(r['n_new'])} | {fmt_ns(r['base_median_ns'])} | {fmt_ns(r['new_median_ns'])} | "
+            f"{fmt_delta_ns(r['delta_ns'])} | {fmt_pct(r['change'])} | {fmt_interval(r['ci_low'], r['ci_high'])} | "
+            f"{verdict_label(r)} |"
+        )
+    return lines
+
+
+def _changed_items(c: Comparison, top: int) -> list[str]:
+    from perfscope.reports.comparison import item_change, item_name, item_tables
+
+    out: list[str] = []
+    for title, df, key in item_tables(c):
+        out += [f"<details><summary>{title}</summary>", "",
+                f"| {key} | base / step | new / step | Δ / step | change |", "|---|---:|---:|---:|---:|"]
+        for _, r in df.head(top).iterrows():
+            out.append(f"| {md_cell(item_name(r))} | {fmt_ns(r['base_ns_per_step'])} | {fmt_ns(r['new_ns_per_step'])} | "
+                       f"{fmt_delta_ns(r['delta_ns_per_step'])} | {item_change(r)} |")
+        out += ["", "</details>", ""]
+    return out
+
+
+__all__ = ["render_comparison_markdown", "render_markdown", "table"]

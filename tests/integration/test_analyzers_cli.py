@@ -66,7 +66,7 @@ def test_report_written_and_force(run: Path, tmp_path: Path, fmt: str) -> None:
     text = out.read_text()
     assert "comm.straggler" in text
     if fmt == "html":
-        assert text.startswith("<!doctype html>") and "Plotly.newPlot" in text
+        assert text.startswith("<!DOCTYPE html>") and "Plotly.newPlot" in text
         assert "<script src=" not in text  # self-contained: plotly.js is inlined
     assert main(["report", str(run), "--format", fmt, "-o", str(out)]) != 0  # exists, no --force
     assert main(["report", str(run), "--format", fmt, "-o", str(out), "--force"]) == 0

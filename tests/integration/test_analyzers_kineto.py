@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from perfscope.analyzers import analysis_to_json, analyze_run
+from perfscope.analyzers import analyze_run
 from perfscope.analyzers.result import BUCKET_COLUMNS
+from perfscope.reports.jsondoc import analysis_to_json
 from perfscope.store import open_run
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "kineto"

@@ -16,21 +16,10 @@ import numpy as np
 import pytest
 
 from perfscope.cli.main import main
-from perfscope.errors import PerfscopeError
 
 from compare_fixtures import write_run
 
 STEPS = 30
-
-
-@pytest.fixture(autouse=True)
-def _needs_analyzer() -> None:
-    from perfscope.cli.compare import find_analyze_run
-
-    try:
-        find_analyze_run()
-    except PerfscopeError as e:
-        pytest.skip(f"perfscope.analyzers.analyze_run is not importable in this checkout yet: {e}")
 
 
 @pytest.fixture(scope="module")
@@ -83,3 +72,14 @@ def test_subprocess_exit_codes(runs: dict[str, Path], tmp_path: Path) -> None:
     assert "Regression" in slow.stdout
     missing = run(runs["base"], tmp_path / "no-such-run")
     assert missing.returncode == 2 and "no such run" in missing.stderr
+
+
+def test_step_pattern_and_ranks_apply_to_both_runs(runs: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["compare", str(runs["base"]), str(runs["slow"]), "--ranks", "1", "--format", "json"]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["base"]["ranks"] == doc["new"]["ranks"] == [1]
+    assert doc["base"]["steps"] == doc["new"]["steps"] == STEPS
+    assert main(["compare", str(runs["base"]), str(runs["same"]), "--ranks", "5"]) == 2
+    assert "no rank" in capsys.readouterr().err
+    assert main(["compare", str(runs["base"]), str(runs["same"]), "--step-pattern", "("]) == 2
+    assert "--step-pattern" in capsys.readouterr().err

@@ -30,19 +30,51 @@ def test_no_run_named_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> No
 
 
 def test_a_taken_port_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import perfscope
     from dashboard_fixtures import fake_analyze
     from perfscope.cli import dashboard as cmd
-    from perfscope.dashboards import data as dash_data
     from perfscope.errors import UsageError
 
     run = make_run(tmp_path / "r")
-    monkeypatch.setattr(dash_data, "default_analyze", lambda: fake_analyze)
+    monkeypatch.setattr(perfscope, "analyze", fake_analyze)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         s.listen()
         port = s.getsockname()[1]
         with pytest.raises(UsageError, match="choose another --port"):
             cmd.make_server([str(run.path)], "127.0.0.1", port)
+
+
+def test_step_pattern_and_ranks_reach_every_analysis(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    # GIVEN two runs and a taken port (so no server starts) WHEN the options are given
+    import perfscope
+    from dashboard_fixtures import fake_analyze
+
+    runs = [make_run(tmp_path / "a"), make_run(tmp_path / "b")]
+    configs = []
+
+    def recording(run: object, config: object = None, **_: object) -> object:
+        configs.append(config)
+        return fake_analyze(run, config)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(perfscope, "analyze", recording)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        code = main(["dashboard", *(str(r.path) for r in runs), "--port", str(port),
+                     "--step-pattern", "train_step", "--ranks", "1"])
+    # THEN every run was analysed with them before the bind failed
+    assert code == 2 and "choose another --port" in capsys.readouterr().err
+    assert len(configs) == 2
+    assert all(c.step_pattern == "train_step" and c.ranks == (1,) for c in configs)  # type: ignore[attr-defined]
+
+
+def test_bad_ranks_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = make_run(tmp_path / "r")
+    assert main(["dashboard", str(run.path), "--ranks", "two"]) == 2
+    assert "--ranks" in capsys.readouterr().err
 
 
 @pytest.mark.skipif(real_analyze_run() is None, reason="needs perfscope.analyzers.analyze_run")

@@ -18,11 +18,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from perfscope.analyzers import AnalysisConfig, analysis_to_json, analyze_run
+from perfscope.analyzers import AnalysisConfig, analyze_run
 from perfscope.analyzers.result import Analysis
 from perfscope.cli.main import main
 from perfscope.errors import PerfscopeError, RunExistsError, UsageError
 from perfscope.pipeline import import_and_analyze
+from perfscope.reports.jsondoc import analysis_to_json
 from perfscope.store import open_run
 from perfscope.store.chrome import export_chrome
 from perfscope.store.kineto import import_kineto

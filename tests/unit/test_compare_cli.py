@@ -1,8 +1,8 @@
 """`perfscope compare` command and renderers: exit codes, options, every output format.
 
 The runs are real run directories (so "missing run" and "not a run" go through the store),
-but their analyses are synthetic: ``load_analysis`` is replaced by one that opens the run and
-returns the Analysis registered for its path.  tests/integration/test_compare_e2e.py runs
+but their analyses are synthetic: ``perfscope.analyze`` is replaced by one that opens the run
+and returns the Analysis registered for its path.  tests/integration/test_compare_e2e.py runs
 the real analyzer.
 """
 from __future__ import annotations
@@ -16,12 +16,17 @@ import numpy as np
 import pandas as pd
 import pytest
 
+import perfscope
 from perfscope.analyzers.compare import compare_runs
 from perfscope.analyzers.result import Analysis, Recommendation
 from perfscope.cli import compare as compare_cli
 from perfscope.cli.main import main
 from perfscope.errors import UsageError
-from perfscope.reports.compare_render import render, render_html, render_junit, render_markdown, to_dict
+from perfscope.reports import render_comparison as render
+from perfscope.reports.html_compare import render_comparison_html as render_html
+from perfscope.reports.jsondoc import comparison_to_json as to_dict
+from perfscope.reports.junit import render_junit
+from perfscope.reports.markdown import render_comparison_markdown as render_markdown
 from perfscope.store import create_run, update_run
 
 from compare_fixtures import draw_steps, make_analysis
@@ -55,16 +60,16 @@ def runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Path]:
     paths["plain"] = tmp_path / "plain"
     paths["missing"] = tmp_path / "nope"
     by_path = {str(p): analyses[n] for n, p in paths.items() if n in analyses}
-    real = compare_cli.load_analysis
+    real = perfscope.analyze
 
-    def fake_load(path: str) -> Analysis:
+    def fake_analyze(path: str, config: object = None, **_: object) -> Analysis:
         from perfscope.store import open_run
 
         open_run(path)  # missing / not-a-run errors come from the real store
         return by_path[str(path)]
 
-    monkeypatch.setattr(compare_cli, "load_analysis", fake_load)
-    assert real is not fake_load
+    monkeypatch.setattr(perfscope, "analyze", fake_analyze)
+    assert real is not fake_analyze
     return paths
 
 
@@ -121,9 +126,28 @@ def test_incompatible_per_rank_exit_2(runs: dict[str, Path], monkeypatch: pytest
     moved = Analysis(steps=moved.steps.assign(rank=3), gpu_summary=moved.gpu_summary, kernels=moved.kernels,
                      collectives=moved.collectives, stragglers=moved.stragglers, recommendations=[])
     base = make_analysis(draw_steps(np.random.default_rng(2), 40))
-    monkeypatch.setattr(compare_cli, "load_analysis", lambda p: base if "base" in str(p) else moved)
+    monkeypatch.setattr(perfscope, "analyze", lambda p, *_, **__: base if "base" in str(p) else moved)
     assert cli(runs["base"], runs["same"], "--per-rank") == 2
     assert "share no rank" in capsys.readouterr().err
+
+
+def test_step_pattern_and_ranks_reach_both_analyses(runs: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    fake, configs = perfscope.analyze, []
+
+    def recording(path: str, config: object = None, **kw: object) -> Analysis:
+        configs.append(config)
+        return fake(path, config, **kw)
+
+    monkeypatch.setattr(perfscope, "analyze", recording)
+    assert cli(runs["base"], runs["same"], "--step-pattern", "train_step", "--ranks", "0,2-3") == 0
+    assert len(configs) == 2
+    assert all(c.step_pattern == "train_step" and c.ranks == (0, 2, 3) for c in configs)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("args", [["--ranks", "x"], ["--ranks", "3-1"]])
+def test_bad_ranks_exit_2_before_any_analysis(runs: dict[str, Path], args: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(perfscope, "analyze", lambda *a, **k: pytest.fail("analysed despite a bad --ranks"))
+    assert cli(runs["base"], runs["same"], *args) == 2
 
 
 def test_output_file_and_force(runs: dict[str, Path], tmp_path: Path) -> None:

@@ -1,0 +1,140 @@
+"""What the analysing commands share: ``--step-pattern``/``--ranks``, progress on stderr,
+terminal facts, and the warnings of an import.
+
+``analyze``, ``report``, ``compare`` and ``dashboard`` take :func:`analysis_options`, which
+hands the command one :class:`~perfscope.analyzers.AnalysisConfig` as ``config``; they all
+analyse through :func:`perfscope.analyze`.  Report files go through
+:mod:`perfscope.reports.output`.
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import shutil
+import sys
+import warnings
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import click
+
+from perfscope.errors import UsageError
+
+if TYPE_CHECKING:
+    from perfscope.analyzers import AnalysisConfig
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def parse_ranks(text: str | None) -> tuple[int, ...] | None:
+    """Parse ``"0,2,4-7"`` into a sorted tuple of ranks (None for None/empty).
+
+    Raises:
+        UsageError: the text is not a comma-separated list of ranks and ranges.
+    """
+    if not text:
+        return None
+    out: set[int] = set()
+    for part in text.replace(" ", "").split(","):
+        if not part:
+            continue
+        try:
+            if "-" in part[1:]:
+                lo, hi = part.split("-", 1)
+                a, b = int(lo), int(hi)
+                if b < a:
+                    raise ValueError
+                out.update(range(a, b + 1))
+            else:
+                out.add(int(part))
+        except ValueError:
+            raise UsageError(f"--ranks {text!r}: use a comma-separated list of ranks and ranges, e.g. 0,2,4-7") from None
+    return tuple(sorted(out))
+
+
+def analysis_config(step_pattern: str | None = None, ranks: str | None = None) -> AnalysisConfig:
+    """The analysis options of ``--step-pattern`` and ``--ranks`` (parsed by :func:`parse_ranks`)."""
+    from perfscope.analyzers import AnalysisConfig
+
+    return AnalysisConfig(step_pattern=step_pattern, ranks=parse_ranks(ranks))
+
+
+def analysis_options(command: F) -> F:
+    """Add ``--step-pattern`` and ``--ranks`` to a click command, which receives them as one
+    ``config`` (an :class:`~perfscope.analyzers.AnalysisConfig`) keyword argument."""
+
+    @click.option("--step-pattern", default=None, metavar="REGEX", help="Regex over NVTX/annotation names that marks steps.")
+    @click.option("--ranks", default=None, metavar="LIST", help="Ranks to analyse, e.g. 0,2,4-7 (default: all).")
+    @functools.wraps(command)
+    def wrapper(*args: Any, step_pattern: str | None, ranks: str | None, **kwargs: Any) -> Any:
+        return command(*args, config=analysis_config(step_pattern, ranks), **kwargs)
+
+    return wrapper  # type: ignore[return-value]
+
+
+class Reporter:
+    """Progress shown as a spinner and one line of text on stderr.
+
+    Call it with a message (what :func:`perfscope.analyze` reports), or use :meth:`fraction`
+    where work is counted (what :func:`perfscope.store.kineto.import_kineto` reports).
+    """
+
+    def __init__(self, status: Any, label: str) -> None:
+        self._status, self._label = status, label
+
+    def __call__(self, message: str) -> None:
+        self._status.update(f"{self._label}: {message}")
+
+    def fraction(self, message: str, done: int, total: int) -> None:
+        """Show ``message`` with ``done`` of ``total`` as a percentage."""
+        self(f"{message} ({100 * done / total:.0f}%)" if total > 0 else message)
+
+
+@contextlib.contextmanager
+def progress_reporter(label: str = "analysing", *, enabled: bool = True) -> Iterator[Reporter | None]:
+    """Yield a :class:`Reporter` while the block runs when stderr is a terminal (and
+    ``enabled``), else None: progress never goes into a pipe or a CI log."""
+    if not enabled or not sys.stderr.isatty():
+        yield None
+        return
+    from rich.console import Console
+
+    with Console(stderr=True).status(label) as status:
+        yield Reporter(status, label)
+
+
+def stdout_style(pipe_width: int) -> tuple[bool, int]:
+    """(colour, width) for a text report on stdout: a terminal's width and colour (unless
+    ``NO_COLOR`` is set), else no colour and ``pipe_width`` columns (a pipe has no width,
+    and a narrow default would truncate tables)."""
+    if not sys.stdout.isatty():
+        return False, pipe_width
+    return "NO_COLOR" not in os.environ, max(80, shutil.get_terminal_size((pipe_width, 24)).columns)
+
+
+@contextlib.contextmanager
+def import_warnings_on_stderr() -> Iterator[None]:
+    """Show what an import had to guess (:class:`perfscope.pipeline.TraceImportWarning`) as
+    ``perfscope: warning: ...`` lines on stderr; other warnings go on as usual."""
+    from perfscope.pipeline import TraceImportWarning
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", TraceImportWarning)
+        yield
+    for w in caught:
+        if issubclass(w.category, TraceImportWarning):
+            click.echo(f"perfscope: warning: {w.message}", err=True)
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
+
+
+__all__ = [
+    "Reporter",
+    "analysis_config",
+    "analysis_options",
+    "import_warnings_on_stderr",
+    "parse_ranks",
+    "progress_reporter",
+    "stdout_style",
+]
