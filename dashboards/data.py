@@ -42,11 +42,11 @@ Analyze = Callable[[ServedRun], Analysis]
 
 
 def default_analyze() -> Analyze:
-    """Return the analysis the dashboard runs on each served run:
-    ``perfscope.analyzers.analyze_run``."""
-    from perfscope.analyzers import analyze_run
+    """Return the analysis the dashboard runs on each served run: :func:`perfscope.analyze`
+    with the default options (the CLI passes its own, with ``--step-pattern``/``--ranks``)."""
+    from perfscope.pipeline import analyze
 
-    return analyze_run
+    return analyze
 
 
 @dataclass

@@ -10,7 +10,6 @@ Plotly renders a small HTML subset in tick labels and hover text, so such names 
 """
 from __future__ import annotations
 
-import html
 from collections.abc import Sequence
 
 import numpy as np
@@ -19,7 +18,7 @@ import plotly.graph_objects as go
 
 from perfscope.analyzers.result import BUCKETS
 # One colour and label per bucket, the same as the HTML reports' (perfscope.reports.style).
-from perfscope.reports.style import BUCKET_COLORS, BUCKET_LABELS
+from perfscope.reports.style import BUCKET_COLORS, BUCKET_LABELS, escape_html
 
 # Timeline lanes take the colour of the bucket their events feed.
 LANE_COLORS: dict[str, str] = {
@@ -35,9 +34,8 @@ _TEMPLATE = "plotly_white"
 _MARGIN = dict(l=60, r=20, t=50, b=40)
 
 
-def safe_text(value: object) -> str:
-    """Return ``value`` as text that plotly shows literally (HTML special characters escaped)."""
-    return html.escape("" if value is None or (isinstance(value, float) and np.isnan(value)) else str(value), quote=True)
+# plotly shows entities as the literal characters: the reports' escaper makes names plain text.
+safe_text = escape_html
 
 
 def _ms(ns: pd.Series | np.ndarray) -> np.ndarray:
