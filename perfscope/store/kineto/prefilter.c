@@ -878,8 +878,9 @@ struct kf_stream {
      * filter the rest as a second job; the filter accepts (it is still before it) or
      * refuses at its next element. */
     size_t progress;        /* offset of the filter's next element (atomic) */
-    size_t proposed;        /* offset of the proposed element, 0 for none (atomic) */
+    size_t proposed;        /* 1: the producer offers to help, 0: no offer (atomic) */
     int answer;             /* KF_NO_ANSWER, KF_ACCEPTED or KF_REFUSED (under mu) */
+    size_t split_at;        /* accepted: the offset of the element the second job starts at (under mu) */
     int second_done;        /* the second job has finished (under mu) */
     int abort_second;       /* the filter does not need the second job any more (atomic) */
     kf_job second;
@@ -945,18 +946,27 @@ static void stream_abort_second(kf_stream *s) {
     __atomic_store_n(&s->abort_second, 1, __ATOMIC_RELAXED);
 }
 
-/* The filter, at element p (not the first): answer a split the producer proposed. */
+/* Where the filter has the producer start, as a fraction of the unfiltered rest: the two
+ * filter at about the same speed (the filter's copy of the producer's kept events is
+ * cheap, and measured to be made up for by the producer's start-up). */
+#define KF_HELP_AT 0.5
+
+/* The filter, at element p (not the first): answer the producer's offer to help by
+ * choosing where it starts (see stream_help()): an element boundary guessed in the middle
+ * of the unfiltered rest.  Only this thread reads the text here, so the guess never reads
+ * a byte while it is being written. */
 static void answer_split(kf_stream *s, kf_job *j, const uint8_t *p) {
-    size_t split = __atomic_load_n(&s->proposed, __ATOMIC_ACQUIRE);
-    const uint8_t *at = s->buf + split;
-    int yes = p < at;  /* nothing written at or after it yet: the output is behind p */
+    const uint8_t *end = s->buf + s->cap;
+    const uint8_t *at = end - p >= 2 ? guess_element(p + 1 + (size_t)((double)(end - p - 1) * KF_HELP_AT), end) : NULL;
+    int yes = at != NULL;  /* at > p: nothing written at or after it yet (the output is behind p) */
     if (yes) {
         j->stop = at;
-        j->cap = split;  /* see put() */
+        j->cap = (size_t)(at - s->buf);  /* see put() */
         j->other = &s->second;
         j->other_running = 1;
     }
     pthread_mutex_lock(&s->mu);
+    s->split_at = yes ? (size_t)(at - s->buf) : 0;
     s->answer = yes ? KF_ACCEPTED : KF_REFUSED;
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
@@ -1161,33 +1171,31 @@ done:
     return NULL;
 }
 
-/* Where the producer proposes to start, as a fraction of the unfiltered rest: the two
- * filter at about the same speed (the filter's copy of the producer's kept events is
- * cheap, and measured to be made up for by the producer's start-up). */
-#define KF_HELP_AT 0.5
 
 /* The producer's thread, once the whole text is written: filter the second part of the
- * unfiltered rest as a second job, if the filter takes the offer (see answer_split()). */
+ * unfiltered rest as a second job, if the filter takes the offer (see answer_split()).
+ * The producer reads no byte of the text before the filter has answered: the filter
+ * writes kept events over the text it has read, so only the filter may look for the
+ * element to split at (it reads its own writes); once it has accepted, it writes below
+ * the split only, and the second job reads from the split on. */
 static void stream_help(kf_stream *s) {
     size_t from = __atomic_load_n(&s->progress, __ATOMIC_RELAXED);
     if (!s->help_bytes || s->cap - from < s->help_bytes) return;
-    const uint8_t *end = s->buf + s->cap;
-    const uint8_t *split = guess_element(s->buf + from + (size_t)((double)(s->cap - from) * KF_HELP_AT), end);
-    if (split == NULL) return;
     kf_job *b = &s->second;
     b->c = s->rules;
     b->c.begin = s->buf;
-    b->c.end = end;
+    b->c.end = s->buf + s->cap;
     b->second = 1;
-    b->start = split;
     b->abort = &s->abort_second;
     pthread_mutex_lock(&s->mu);
-    __atomic_store_n(&s->proposed, (size_t)(split - s->buf), __ATOMIC_RELEASE);
+    __atomic_store_n(&s->proposed, 1, __ATOMIC_RELEASE);
     while (s->answer == KF_NO_ANSWER && !s->stopped)
         pthread_cond_wait(&s->cv, &s->mu);
     int accepted = s->answer == KF_ACCEPTED;
+    const uint8_t *split = s->buf + s->split_at;
     pthread_mutex_unlock(&s->mu);
     if (!accepted) return;
+    b->start = split;
     filter_events(b, split, 0);
     pthread_mutex_lock(&s->mu);
     s->second_done = 1;
