@@ -216,7 +216,12 @@ def load_meta(path: str | os.PathLike[str]) -> dict[str, Any]:
     rdir = root / RANKS_DIR
     if rdir.is_dir():
         for f in sorted(rdir.glob("rank-*.json")):
-            ranks.append(read_json(f))
+            rank = read_json(f)
+            # merge_meta and every reader take the rank as an int: refuse others here.
+            if not isinstance(rank.get("rank", 0), int) or isinstance(rank.get("rank"), bool):
+                raise CorruptRunError(f"{f} has rank {rank.get('rank')!r}, not an integer; "
+                                      "restore that file or re-record the run")
+            ranks.append(rank)
     return merge_meta(meta, ranks)
 
 
