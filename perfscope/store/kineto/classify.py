@@ -15,6 +15,7 @@ from perfscope.store.kineto.events import (
     PHASE_TYPES,
     Event,
 )
+from perfscope.store.kineto.checks import step_number
 from perfscope.store.kineto.parse import STEP_RE
 
 
@@ -101,13 +102,13 @@ class Classified:
                 else:
                     self.markers.append(e)
             elif isinstance(name, str) and name.startswith("ProfilerStep#") and STEP_RE.match(name):
-                self.steps.append((int(name[13:]), e))
+                self.steps.append((step_number(name[13:]), e))
             elif name == "record_param_comms":
                 self.rpc.append(e)
             else:
                 self.markers.append(e)
         decode_args_batch(cpu_steps)
-        self.steps.extend((int(e.name[13:]), e) for e in cpu_steps)
+        self.steps.extend((step_number(e.name[13:]), e) for e in cpu_steps)
         for kind, evs in kept.items():
             if evs:
                 decode_args_batch(evs, decoder=API_ARGS_LIST_DECODER if kind == "api" else ARGS_LIST_DECODER)

@@ -87,6 +87,9 @@ def decode_trace(data: bytes, path: Path, *, whole: bool | None = None, text_tim
     if text_times is None:
         text_times = needs_text_times(data)
     trace = decode_text(data, path, whole, text_times)
+    if data.count(b'"traceEvents"') > 1 and _events_arrays(data) > 1:
+        raise InputError(f"{path} has {_events_arrays(data)} traceEvents members; a JSON reader keeps only the "
+                         "last one. Merge their events into one array, or split the file into one trace each")
     if trace.traceEvents and not looks_kineto(trace):
         head = next(iter_event_chunks(trace.traceEvents[:1000], text_times=True, path=path))
         if not any(e.cat in KINETO_CATS for e in head):
@@ -109,10 +112,33 @@ def decode_text(data: bytes | memoryview, path: Path, whole: bool | None, text_t
     except msgspec.ValidationError as e:
         raise InputError(f"{path} is not a Kineto trace ({e}); expected a JSON object with a traceEvents list") from None
     except msgspec.DecodeError as e:
+        if "trailing characters" in str(e):
+            raise InputError(f"{path} holds more than one JSON document ({e}): two traces joined into one file? "
+                             "Import each trace as a file of its own") from None
         raise InputError(f"{path} is not valid JSON ({e}); the file may be truncated, re-export the trace") from None
     if trace.traceEvents is None:
         raise InputError(f"{path} is not a Kineto trace: it has no traceEvents list")
     return trace
+
+
+def _events_arrays(data: bytes) -> int:
+    """How many ``traceEvents`` members the root object of the JSON ``data`` has (msgspec,
+    like most readers, keeps the last).  Only called when the text holds the key twice:
+    the filter refuses such texts, so they reach :func:`decode_trace`; this reads the text
+    again with the standard library, which sees every member."""
+    import json
+
+    roots: list[list[tuple[str, Any]]] = []
+
+    def pairs(members: list[tuple[str, Any]]) -> int:
+        roots[:] = [members]  # the root object comes last: every other one is inside it
+        return 0
+
+    try:
+        json.loads(data, object_pairs_hook=pairs)
+    except (ValueError, RecursionError):
+        return 1
+    return sum(key == "traceEvents" for key, _ in roots[0]) if roots else 0
 
 
 def looks_kineto(trace: Trace) -> bool:

@@ -10,6 +10,7 @@ into place only when every file has imported: an existing run is replaced only w
 from __future__ import annotations
 
 import contextlib
+import errno
 import gc
 import os
 import shutil
@@ -24,12 +25,20 @@ import pyarrow as pa
 from perfscope.errors import InputError, PerfscopeError, RunExistsError, UsageError
 from perfscope.store.arrays import column, to_int
 from perfscope.store.kineto.builder import EventRankBuilder
+from perfscope.store.kineto.checks import (
+    VALUE_ERRORS,
+    TraceValueError,
+    check_base,
+    drop_negative_durations,
+    import_error,
+)
+from perfscope.store.kineto.classify import CAT_KIND
 from perfscope.store.kineto.decode import iter_event_chunks
 from perfscope.store.kineto.events import Event, Trace
 from perfscope.store.kineto.exports import pid_owner, split_perfscope_export
 from perfscope.store.kineto.native import Rows
 from perfscope.store.kineto.native_tables import ColumnRankBuilder
-from perfscope.store.kineto.read import ReadTrace, read_trace
+from perfscope.store.kineto.read import ReadTrace, read_trace, read_trace_bytes
 from perfscope.store.kineto.tables import RankTables
 from perfscope.store.meta import (
     as_read_back,
@@ -111,6 +120,7 @@ def import_kineto(
     force: bool = False,
     progress: ProgressFn | None = None,
     background: bool = False,
+    max_inflate: int | None = None,
 ) -> ImportResult:
     """Import Kineto trace files (one per rank) into a new run at ``out``.
 
@@ -125,13 +135,17 @@ def import_kineto(
             ``result.run``, the tables in memory, meanwhile); ``result.wait()`` returns
             when the run is in place and raises what the write raised.  Every rank's
             tables are then held in memory until the write ends, not one rank's.
+        max_inflate: the most bytes a gzip file may inflate to (None:
+            :data:`.read.MAX_INFLATE_DEFAULT`, 0: no limit).
 
     Returns:
         an :class:`ImportResult` with the run path, rows per rank and table, and warnings
         (and with ``background``, the run in memory).
 
     Raises:
-        InputError: a file is missing, unreadable, not JSON or not a Kineto trace.
+        InputError: a file is missing, unreadable, not JSON or not a Kineto trace, or holds
+            a value perfscope cannot represent (named with its event and field: see
+            :mod:`.checks`), or inflates to more than ``max_inflate``.
         UsageError: ``rank`` given with several files, or two files claim the same rank.
         RunExistsError: ``out`` exists and ``force`` is false.
     """
@@ -161,10 +175,16 @@ def import_kineto(
         for path, size in zip(paths, sizes):
             if progress:
                 progress(f"reading {path.name}", done, total)
-            read = read_trace(path)
-            if progress:
-                progress(f"converting {path.name}", done + size // 2, total)
-            _import_trace(read, path, tmp, result, claims, background=background)
+            try:
+                read = read_trace(path, max_inflate=max_inflate)
+                if progress:
+                    progress(f"converting {path.name}", done + size // 2, total)
+                _import_trace(read, path, tmp, result, claims, background=background)
+            except (TraceValueError, *VALUE_ERRORS) as e:
+                raise _value_error(path, e, max_inflate) from None
+            except MemoryError:
+                raise PerfscopeError(f"not enough memory to import {path}; free memory or import it on a "
+                                     "bigger machine") from None
             del read
             done += size
         run_json = _complete_run(tmp, paths, result, claims)
@@ -202,7 +222,19 @@ def _trace_paths(files: PathLike | Sequence[PathLike], rank: int | None) -> list
     return paths
 
 
+def _value_error(path: Path, error: BaseException, max_inflate: int | None) -> InputError:
+    """The InputError for a trace whose values failed to convert (see :func:`.checks.import_error`)."""
+    try:
+        text: bytes | None = read_trace_bytes(path, max_inflate=max_inflate)
+    except (PerfscopeError, MemoryError):
+        text = None
+    return import_error(path, error, text, frozenset(CAT_KIND))
+
+
 def _write_error(out: Path, e: OSError) -> PerfscopeError:
+    if e.errno == errno.ENOMEM:
+        return PerfscopeError(f"not enough memory to import into {out} ({e.strerror or e}); free memory or "
+                              "import on a bigger machine")
     return PerfscopeError(f"cannot write the run at {out}: {e.strerror or e}; choose a writable output folder")
 
 
@@ -261,7 +293,7 @@ def _import_trace(read: ReadTrace, path: Path, tmp: Path, result: ImportResult, 
     """Build the tables of every rank in one file's trace and write them (or, with
     ``background``, stage them in ``result``), noting rows and warnings in ``result``."""
     trace = read.trace
-    base = to_int(trace.baseTimeNanoseconds) or 0
+    base = check_base(trace.baseTimeNanoseconds)
     ws = to_int(trace.distributedInfo.get("world_size")) if isinstance(trace.distributedInfo, dict) else None
     if ws:
         claims.world_sizes.append(ws)
@@ -275,7 +307,10 @@ def _import_trace(read: ReadTrace, path: Path, tmp: Path, result: ImportResult, 
     for r, _, props, dist, _ in groups:
         rt = builders.pop(r).finish()
         # As the writer stores them (what a background import's analysis reads).
-        tables = stored_tables(_arrow_tables(rt.tables))
+        tables, negative = drop_negative_durations(stored_tables(_arrow_tables(rt.tables)))
+        if negative:
+            rt.warnings.append(f"{sum(negative.values()):,} events with a negative dur dropped ("
+                               + ", ".join(f"{name}: {n:,}" for name, n in negative.items()) + ")")
         result.rows[r] = {name: tables[name].num_rows if name in tables else 0 for name in rt.tables}
         result.warnings.extend(f"rank {r}: {w}" for w in rt.warnings)
         info = _rank_info(trace, path, rt, props, dist, base)

@@ -41,6 +41,7 @@ import pyarrow as pa
 
 from perfscope.options import kineto_native_enabled
 from perfscope.store.kineto import prefilter
+from perfscope.store.kineto.checks import LIMIT_NS
 from perfscope.store.kineto.classify import CAT_KIND
 from perfscope.store.kineto.decode import looks_kineto
 from perfscope.store.kineto.events import TRACE_DECODER, Trace
@@ -270,6 +271,10 @@ def decode(kept: prefilter.Filtered) -> Trace | None:
         outcomes["refused: " + (ext.error or ", ".join(ext.odd))] += 1
         return None
     rows = ext.rows
+    if len(rows) and any(rows.col(name).max() > LIMIT_NS or rows.col(name).min() < -LIMIT_NS for name in ("ts", "dur")):
+        # (kc_extract reads all of int64: the msgspec route refuses these, naming the event)
+        outcomes["refused: time out of range"] += 1
+        return None
     if _PERFSCOPE_CODES and np.isin(rows.col("cat"), _PERFSCOPE_CODES).any():
         outcomes["refused: perfscope categories"] += 1
         return None

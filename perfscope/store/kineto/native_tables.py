@@ -15,6 +15,7 @@ from perfscope.store.kineto.decode import decode_args_batch
 from perfscope.store.kineto.events import CompleteRawTimesArgs
 from perfscope.store.kineto.links import Launch, collectives_from_kernels, sync_table
 from perfscope.store.kineto.native import CODE, FIELD, Rows
+from perfscope.store.kineto.checks import step_number
 from perfscope.store.kineto.parse import STEP_RE, parse_memcpy_name, parse_memset_kind
 from perfscope.store.kineto.tables import RankTables, rank_tables
 
@@ -44,7 +45,7 @@ def _annotation_kind(name: str) -> tuple[str, int | None]:
     """What ``Classified.add`` makes of a user annotation: (step, its number), (rpc,
     None) for record_param_comms, else (marker, None)."""
     if name.startswith("ProfilerStep#") and STEP_RE.match(name):
-        return "step", int(name[13:])
+        return "step", step_number(name[13:])
     return ("rpc", None) if name == "record_param_comms" else ("marker", None)
 
 
@@ -54,7 +55,7 @@ def _cpu_op_kind(name: str) -> tuple[str, int | None]:
         return "", None
     if name == "record_param_comms":
         return "rpc", None
-    return ("step", int(name[13:])) if STEP_RE.match(name) else ("", None)
+    return ("step", step_number(name[13:])) if STEP_RE.match(name) else ("", None)
 
 
 def _is_nccl(name: str) -> bool:

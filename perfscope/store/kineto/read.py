@@ -9,7 +9,6 @@ same either way.
 """
 from __future__ import annotations
 
-import gzip
 import os
 import stat
 import zlib
@@ -63,14 +62,27 @@ def _read_result(trace: Trace, text_times: bool, sizes: list[int] | None = None)
     return ReadTrace(trace, text_times, sizes)
 
 
-def read_trace_bytes(path: Path) -> bytes:
-    """Return the JSON text of ``path``, gunzipped when it is gzip (by content, not name).
+#: The most bytes a gzip trace may inflate to when the caller sets no limit (8 GiB: a
+#: bigger text needs some 20 GB of memory to import, and a 1 MB "gzip bomb" can claim 1 GB).
+MAX_INFLATE_DEFAULT = 8 << 30
+
+
+def inflate_limit(max_inflate: int | None) -> int:
+    """The inflate limit in bytes: ``max_inflate``, :data:`MAX_INFLATE_DEFAULT` for None,
+    0 (no limit) for 0."""
+    return MAX_INFLATE_DEFAULT if max_inflate is None else max(max_inflate, 0)
+
+
+def read_trace_bytes(path: Path, *, max_inflate: int | None = None) -> bytes:
+    """Return the JSON text of ``path``, gunzipped when it is gzip (by content, not name),
+    every gzip member of it (a file of several members is read as their texts joined).
 
     Raises:
-        InputError: missing, unreadable or truncated/corrupt gzip.
+        InputError: missing, unreadable, truncated/corrupt gzip, or inflating to more than
+            ``max_inflate`` bytes (see :func:`inflate_limit`).
     """
     data = _read_file(path)
-    return _gunzip(data, path) if _is_gzip(data) else data
+    return _gunzip(data, path, max_inflate) if _is_gzip(data) else data
 
 
 def _read_file(path: Path) -> bytes:
@@ -94,30 +106,73 @@ def _is_gzip(data: bytes) -> bool:
     return data[:2] == b"\x1f\x8b"
 
 
-def _gunzip(data: bytes, path: Path) -> bytes:
-    """Return the gunzipped ``data`` (read from ``path``, named in errors).
+def _gunzip(data: bytes, path: Path, max_inflate: int | None = None) -> bytes:
+    """Return the gunzipped ``data`` (read from ``path``, named in errors): the texts of all
+    its gzip members, joined (``gzip`` itself reads them so; what the JSON then makes of
+    them is the decoder's business).
 
     Raises:
-        InputError: truncated or corrupt gzip.
+        InputError: truncated or corrupt gzip, bytes after the last member that are not
+            gzip, or more than ``max_inflate`` bytes (see :func:`inflate_limit`).
     """
+    limit = inflate_limit(max_inflate)
+    texts: list[bytes] = []
+    total, rest, member = 0, data, 0
     try:
-        # One allocation of the final size (the gzip trailer holds it, mod 2**32), so the
-        # peak is compressed + uncompressed bytes; multi-member files take gzip's path.
-        size = int.from_bytes(data[-4:], "little")
-        if _isal is not None:
-            text = _isal.decompress(data, flag=_isal.DECOMP_GZIP, bufsize=max(size, 1 << 16))
-        else:
-            text = zlib.decompress(data, wbits=31, bufsize=max(size, 1 << 16))
-        return text if len(text) % (1 << 32) == size else gzip.decompress(data)
+        while True:
+            text, rest = _inflate_member(rest, limit - total if limit else 0)
+            texts.append(text)
+            total += len(text)
+            member += 1
+            if limit and total > limit:
+                raise InputError(f"{path} inflates to more than {_size(limit)} (--max-inflate); raise the limit "
+                                 "if the trace is that big, or check the file")
+            if not rest.strip(b"\0"):
+                break  # (gzip pads some files with zeros)
+            if not _is_gzip(rest):
+                raise InputError(f"{path} has {len(rest):,} bytes after its gzip data that are not gzip; copy it again")
     except (OSError, EOFError, zlib.error, *_ISAL_ERRORS) as e:
-        raise InputError(f"{path} is not a complete gzip file ({e}); copy it again or gunzip it to check") from None
+        raise InputError(f"{path} is not a complete gzip file ({e or 'truncated'}); copy it again or gunzip it "
+                         "to check") from None
+    # (one member, the usual case: join returns that text itself, without a copy)
+    return b"".join(texts)
+
+
+def _inflate_member(data: bytes, room: int) -> tuple[bytes, bytes]:
+    """(the text of the gzip member at the start of ``data``, the bytes after it), inflating
+    at most ``room`` + 1 bytes (0: any), so that a text over a limit stops early.
+
+    Raises:
+        EOFError: the member is truncated.
+    """
+    if _isal is None:  # pragma: no cover - isal is a dependency
+        d = zlib.decompressobj(wbits=31)
+        text = d.decompress(data, room + 1 if room else 0)
+        if not d.eof and not (room and len(text) > room):
+            raise EOFError("truncated")
+        return text, d.unused_data
+    inflater = _isal.IgzipDecompressor(flag=_isal.DECOMP_GZIP)
+    # One buffer of the member's size when its trailer tells (mod 2**32) and it is within
+    # the room: the peak is compressed + uncompressed bytes.
+    text = inflater.decompress(data, room + 1 if room else -1)
+    if not inflater.eof and not (room and len(text) > room):
+        raise EOFError("truncated")
+    return text, inflater.unused_data
+
+
+def _size(n: int) -> str:
+    """``n`` bytes as a short text (``8 GiB``)."""
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift:
+            return f"{n / (1 << shift):g} {unit}"
+    return f"{n} bytes"
 
 
 #: texts from this size on are filtered in place by :func:`read_trace`.
 _IN_PLACE_BYTES = 1 << 16
 
 
-def read_trace(path: Path) -> ReadTrace:
+def read_trace(path: Path, *, max_inflate: int | None = None) -> ReadTrace:
     """Read and decode one trace file for the import: when the native pre-filter is built
     (:mod:`.prefilter`), only the events some table may keep are
     decoded; the trace is the original's less the others, every other member the same.  A
@@ -134,10 +189,10 @@ def read_trace(path: Path) -> ReadTrace:
     """
     data = _read_file(path)
     if _is_gzip(data):
-        streamed = _read_streamed(data, path)
+        streamed = _read_streamed(data, path, inflate_limit(max_inflate))
         if streamed is not None:
             return streamed
-        data = _gunzip(data, path)
+        data = _gunzip(data, path, max_inflate)
     text_times = needs_text_times(data)
     if prefilter.available():
         # In place when big: the text is a fresh object of ours alone (tiny ones may be
@@ -155,7 +210,7 @@ def read_trace(path: Path) -> ReadTrace:
         if trace is not None:
             return _read_result(trace, text_times, sizes)
         if in_place:
-            data = read_trace_bytes(path)
+            data = read_trace_bytes(path, max_inflate=max_inflate)
     # Unfiltered: its decode gives the errors their usual words and offsets.
     return _read_result(decode_trace(data, path, text_times=text_times), text_times)
 
@@ -170,7 +225,7 @@ _STREAM_PIECE = 1 << 18
 _STREAM_STEP = 0
 
 
-def _read_streamed(data: bytes, path: Path) -> ReadTrace | None:
+def _read_streamed(data: bytes, path: Path, limit: int) -> ReadTrace | None:
     """:func:`read_trace` of the gzip file ``path`` whose bytes are ``data``, inflated in
     pieces that the filter reads on a thread of its own as they come (a
     :class:`.prefilter.Stream`); this thread, done inflating, filters part of the rest,
@@ -180,7 +235,8 @@ def _read_streamed(data: bytes, path: Path) -> ReadTrace | None:
     Returns:
         :func:`read_trace`'s result, or None when the text was not read this way (too
         small, no filter or ISA-L, not exactly one gzip member of the size its trailer
-        says, corrupt, or the filter stopped on an error): the caller then reads the file
+        says, bigger than ``limit`` (0: none), corrupt, or the filter stopped on an
+        error; a file of several members is among these): the caller then reads the file
         as it would without streams, from the start, which gives every error its usual
         words.
 
@@ -188,7 +244,7 @@ def _read_streamed(data: bytes, path: Path) -> ReadTrace | None:
         InputError: see :func:`decode_trace`.
     """
     size = int.from_bytes(data[-4:], "little")
-    if _isal is None or size < _STREAM_BYTES or not prefilter.streaming():
+    if _isal is None or size < _STREAM_BYTES or (limit and size > limit) or not prefilter.streaming():
         return None
     sink = native.Sink(size) if native.available() else None
     chunk = decode.CHUNK_EVENTS
@@ -207,7 +263,7 @@ def _read_streamed(data: bytes, path: Path) -> ReadTrace | None:
     del kept
     if trace is None:
         # The filtered text cannot give the answer (see _decode_kept): the original does.
-        return _read_result(decode_trace(_gunzip(data, path), path, text_times=text_times), text_times)
+        return _read_result(decode_trace(_gunzip(data, path, limit), path, text_times=text_times), text_times)
     return _read_result(trace, text_times, sizes)
 
 

@@ -9,8 +9,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from perfscope.errors import InputError
 from perfscope.store.arrays import from_numpy, str_array
+from perfscope.store.kineto.checks import LIMIT_NS, LIMIT_US, check_us
 from perfscope.store.kineto.events import Event, raw_value
 
 _EXTENDED = np.finfo(np.longdouble).nmant >= 63
@@ -25,6 +25,10 @@ def us_to_ns(values: Sequence[Any]) -> np.ndarray:
     (64-bit mantissa): for |value| < 9e15 µs the text's nearest long double is within
     1e-4 ns of it, so rounding ``value * 1000`` recovers every nanosecond digit.  Where
     long double is only 64-bit (some platforms) the text is converted with ``decimal``.
+
+    Raises:
+        TraceValueError: a value is not a finite number within +-``LIMIT_US`` (checked in
+            O(1) per value before it is converted: see :mod:`.checks`).
     """
     if not values:
         return np.zeros(0, np.int64)
@@ -46,12 +50,12 @@ def us_to_ns(values: Sequence[Any]) -> np.ndarray:
         ints = np.array(values)
     except (ValueError, OverflowError, TypeError):
         ints = None
-    if ints is not None and ints.ndim == 1 and ints.dtype.kind == "i":
+    if ints is not None and ints.ndim == 1 and ints.dtype.kind == "i" and np.all(np.abs(ints) <= LIMIT_US):
         return ints.astype(np.int64, copy=False) * 1000
     if _EXTENDED:
         try:
             ld = np.array(values, dtype=object).astype(np.longdouble)
-            if np.all(np.abs(ld) < 9e15):
+            if np.all(np.abs(ld) <= LIMIT_US):
                 return np.rint(ld * 1000).astype(np.int64)
         except (ValueError, TypeError):
             pass
@@ -116,8 +120,17 @@ def raw_us_to_ns(raws: list[msgspec.Raw]) -> np.ndarray:
     return ns if ns is not None else us_to_ns([raw_value(r) for r in raws])
 
 
+#: Longest text the decimal parse is given: 19 integer digits, a point, 3 decimals and a
+#: sign.  A longer number wraps modulo 2**128 in the cast (39 digits and more), so it takes
+#: the per-value path, which checks its range first.
+_DECIMAL_TEXT_MAX = 24
+
+
 def _decimal_text_to_ns(text: pa.Array) -> np.ndarray | None:
-    """A string array of decimal µs to int64 ns (see :func:`_decimal_us_to_ns`)."""
+    """A string array of decimal µs to int64 ns (see :func:`_decimal_us_to_ns`), or None
+    when some text is too long, not a decimal or out of range."""
+    if len(text) and pc.max(pc.binary_length(text)).as_py() > _DECIMAL_TEXT_MAX:
+        return None
     try:
         dec = pc.call_function("cast", [text], _CAST_DECIMAL_US)
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
@@ -126,22 +139,22 @@ def _decimal_text_to_ns(text: pa.Array) -> np.ndarray | None:
         return None
     words = np.frombuffer(dec.buffers()[1], dtype=np.int64, count=2 * len(dec), offset=16 * dec.offset).reshape(-1, 2)
     low = words[:, 0]
-    if not np.array_equal(words[:, 1], low >> 63):
+    if not np.array_equal(words[:, 1], low >> 63) or (len(low) and (low.max() > LIMIT_NS or low.min() < -LIMIT_NS)):
         return None
     return low.copy()
 
 
 def _one_us_to_ns(v: Any) -> int:
-    from decimal import Decimal, InvalidOperation
+    """One value of :func:`us_to_ns` (checked first: the decimal arithmetic is then on
+    a short number of bounded size)."""
+    from decimal import Decimal
 
+    check_us(v)
     if v is None:
         return 0
     if isinstance(v, int):
         return v * 1000
-    try:
-        return int((Decimal(str(v)) * 1000).to_integral_value())
-    except InvalidOperation:
-        raise InputError(f"timestamp {v!r} is not a number") from None
+    return int((Decimal(str(v)) * 1000).to_integral_value())
 
 
 def event_times(events: list[Event], base: int) -> tuple[np.ndarray, np.ndarray]:
