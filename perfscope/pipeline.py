@@ -37,7 +37,7 @@ class TraceImportWarning(UserWarning):
 
 
 def analyze(source: PathLike | Run | MemoryRun, config: AnalysisConfig | None = None, *, progress: Progress | None = None,
-            run_out: PathLike | None = None, force: bool = False) -> Analysis:
+            run_out: PathLike | None = None, force: bool = False, max_inflate: int | None = None) -> Analysis:
     """Analyse a run: open it if it is a path, import it first if it is a Kineto trace file.
 
     Args:
@@ -48,6 +48,8 @@ def analyze(source: PathLike | Run | MemoryRun, config: AnalysisConfig | None = 
         progress: called with a short message before each stage.
         run_out: for a trace, the run directory to create (default :func:`default_run_dir`).
         force: for a trace, replace a run that exists at ``run_out``.
+        max_inflate: for a gzip trace, the most bytes it may inflate to (see
+            :func:`~perfscope.store.kineto.import_kineto`).
 
     Returns:
         the :class:`~perfscope.analyzers.result.Analysis` (see its docstring for every table).
@@ -68,7 +70,8 @@ def analyze(source: PathLike | Run | MemoryRun, config: AnalysisConfig | None = 
         if run_out is None and not os.access(out.parent, os.W_OK):
             raise UsageError(f"cannot write the run beside the trace ({out.parent} is not writable); "
                              "choose where with run_out (-o/--run-out DIR)")
-        result, analysis = import_and_analyze(path, out, config, force=force, progress=progress)
+        result, analysis = import_and_analyze(path, out, config, force=force, progress=progress,
+                                              max_inflate=max_inflate)
         for w in result.warnings:
             warnings.warn(w, TraceImportWarning, stacklevel=2)
         return analysis
@@ -103,11 +106,13 @@ def import_and_analyze(
     rank: int | None = None,
     force: bool = False,
     progress: Progress | None = None,
+    max_inflate: int | None = None,
 ) -> tuple[ImportResult, Analysis]:
     """Import Kineto trace ``files`` into a new run at ``out`` and analyse it.
 
     Args:
-        files, out, rank, force: as :func:`perfscope.store.kineto.import_kineto` takes them.
+        files, out, rank, force, max_inflate: as :func:`perfscope.store.kineto.import_kineto`
+            takes them.
         config: the analysis options (defaults: :class:`AnalysisConfig`).
         progress: called with a short message before each stage.
 
@@ -130,7 +135,7 @@ def import_and_analyze(
 
     say = progress or (lambda _m: None)
     (config or AnalysisConfig()).check()  # a bad option must not cost an import and leave a run behind
-    result = import_kineto(files, out, rank=rank, force=force, background=True,
+    result = import_kineto(files, out, rank=rank, force=force, background=True, max_inflate=max_inflate,
                            progress=(lambda message, _done, _total: say(f"importing: {message}")) if progress else None)
     assert result.run is not None  # background=True always sets it
     try:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from perfscope.cli.import_cmd import max_inflate_option
 from perfscope.cli.options import (
     analysis_options,
     import_warnings_on_stderr,
@@ -35,7 +36,9 @@ PIPE_WIDTH = 160
               help="RUN is a trace: import it into DIR (default: beside the trace, named after it, e.g. "
                    "t.json.gz -> t.perfscope).")
 @click.option("--force", is_flag=True, help="RUN is a trace: replace the run at the output if there is one.")
-def analyze(run: str, fmt: str, config: AnalysisConfig, run_out: str | None, force: bool) -> None:
+@max_inflate_option
+def analyze(run: str, fmt: str, config: AnalysisConfig, run_out: str | None, force: bool,
+            max_inflate: int | None) -> None:
     """Break each step of RUN into compute/network/sync/pcie/data_loading/host and recommend changes.
 
     RUN is a run directory, or a PyTorch profiler (Kineto) trace file (.json or .json.gz):
@@ -50,7 +53,7 @@ def analyze(run: str, fmt: str, config: AnalysisConfig, run_out: str | None, for
 
     is_trace = os.path.isfile(run)
     with progress_reporter("importing and analysing" if is_trace else "analysing") as progress, import_warnings_on_stderr():
-        a = perfscope.analyze(run, config, progress=progress, run_out=run_out, force=force)
+        a = perfscope.analyze(run, config, progress=progress, run_out=run_out, force=force, max_inflate=max_inflate)
     if is_trace:
         out = run_out or default_run_dir(run)
         click.echo(f"perfscope: imported {run} into {out} (next time: perfscope analyze {shlex.quote(str(out))})", err=True)

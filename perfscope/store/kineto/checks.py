@@ -84,7 +84,7 @@ def check_us(value: Any, field: str = "ts") -> None:
                 f = float(value)
             except ValueError:
                 raise TraceValueError(f"{field} {show(value)} is not a number", value, field) from None
-            if not math.isfinite(f):
+            if math.isnan(f) or (math.isinf(f) and "INF" in value.upper()):
                 raise TraceValueError(f"{field} {show(value)} is not a finite number", value, field)
             ok = abs(f) <= LIMIT_US
     else:

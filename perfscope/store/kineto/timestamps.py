@@ -1,6 +1,7 @@
 """Kineto microsecond timestamps to exact int64 nanoseconds, in bulk."""
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -54,7 +55,9 @@ def us_to_ns(values: Sequence[Any]) -> np.ndarray:
         return ints.astype(np.int64, copy=False) * 1000
     if _EXTENDED:
         try:
-            ld = np.array(values, dtype=object).astype(np.longdouble)
+            with warnings.catch_warnings():  # (text beyond long double: inf, refused below)
+                warnings.simplefilter("ignore", RuntimeWarning)
+                ld = np.array(values, dtype=object).astype(np.longdouble)
             if np.all(np.abs(ld) <= LIMIT_US):
                 return np.rint(ld * 1000).astype(np.int64)
         except (ValueError, TypeError):
