@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import ctypes
+import os
 
 import numpy as np
 import pytest
@@ -13,7 +14,10 @@ from perfscope.collectors.cupti import cbids, decode, layouts
 def sink():
     from perfscope.collectors.cupti import native
     from perfscope.errors import CuptiUnavailableError
+    from perfscope.options import ENV_CUPTI_SINK
 
+    # (the sanitizer tests run this file against a sink built with -fsanitize)
+    native.use_library(os.environ.get(ENV_CUPTI_SINK) or None)
     if native.library_path() is None:
         try:
             from perfscope.collectors.cupti import build

@@ -45,13 +45,15 @@ def extensions() -> list:
     )]
 
 
-def build_in_place(cc: str | None = None, extra_flags: list[str] | None = None) -> Path:
-    """Compile the sources into a library next to them and return its path.
+def build_in_place(cc: str | None = None, extra_flags: list[str] | None = None, out: Path | None = None) -> Path:
+    """Compile the sources into a library next to them (or at ``out``) and return its path.
 
-    ``extra_flags`` are added to the compiler's (e.g. ``-fsanitize=address,undefined``).
+    ``extra_flags`` are added to the compiler's (e.g. ``-fsanitize=address,undefined``:
+    the sanitizer tests build such a library elsewhere and load it through
+    ``PERFSCOPE_KINETO_FILTER_LIB``).
     """
     suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
-    out = HERE / f"_libkineto{suffix}"
+    out = out or HERE / f"_libkineto{suffix}"
     cmd = [cc or os.environ.get("CC", "cc"), *CFLAGS, *(extra_flags or []), "-pthread", "-shared", "-fPIC",
            "-o", str(out), *map(str, SOURCES)]
     subprocess.run(cmd, check=True)

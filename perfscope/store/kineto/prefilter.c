@@ -956,6 +956,9 @@ static void stream_abort_second(kf_stream *s) {
  * of the unfiltered rest.  Only this thread reads the text here, so the guess never reads
  * a byte while it is being written. */
 static void answer_split(kf_stream *s, kf_job *j, const uint8_t *p) {
+    /* Under the lock the producer took to offer: the whole text it wrote before is seen
+     * here (it only offers once the text is complete: see kf_stream_finish). */
+    pthread_mutex_lock(&s->mu);
     const uint8_t *end = s->buf + s->cap;
     const uint8_t *at = end - p >= 2 ? guess_element(p + 1 + (size_t)((double)(end - p - 1) * KF_HELP_AT), end) : NULL;
     int yes = at != NULL;  /* at > p: nothing written at or after it yet (the output is behind p) */
@@ -965,7 +968,6 @@ static void answer_split(kf_stream *s, kf_job *j, const uint8_t *p) {
         j->other = &s->second;
         j->other_running = 1;
     }
-    pthread_mutex_lock(&s->mu);
     s->split_at = yes ? (size_t)(at - s->buf) : 0;
     s->answer = yes ? KF_ACCEPTED : KF_REFUSED;
     pthread_cond_broadcast(&s->cv);
