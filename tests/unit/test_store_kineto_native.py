@@ -15,6 +15,8 @@ from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
+
+from perfscope.errors import InputError
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -374,8 +376,9 @@ def test_odd_events_send_the_trace_to_msgspec(tmp_path: Path, monkeypatch: pytes
     path = write(tmp_path, [ordinary, event])
     before = kineto_native.outcomes.copy()
     if "99999" in event or "9223372036854775808" in event:
-        # Beyond int64: the msgspec route cannot store it either, and says so.
-        with pytest.raises(OverflowError):
+        # Beyond int64: the msgspec route cannot store it either, and says so (naming the
+        # event and the field: issue 20).
+        with pytest.raises(InputError, match=r"traceEvents\[1\]\S*: .*out of range"):
             import_kineto(path, tmp_path / "run")
     else:
         assert_identical_runs(*import_both([path], tmp_path, monkeypatch, native=False), table_order=True)

@@ -156,6 +156,8 @@ class _Root(msgspec.Struct):
 class _Event(msgspec.Struct):
     cat: Any = None
     name: Any = None
+    pid: Any = None
+    tid: Any = None
     ts: Any = None
     dur: Any = None
     args: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw)
@@ -187,6 +189,10 @@ def _event_problems(raw: msgspec.Raw, kept_cats: frozenset[str]) -> Iterator[tup
         return
     if not isinstance(e.cat, str) or e.cat not in kept_cats:
         return
+    for name in ("pid", "tid"):
+        v = getattr(e, name)
+        if isinstance(v, int) and not INT64[0] <= v <= INT64[1]:
+            yield name, f"{name} {show(v)} is out of range (int64)"
     for name in ("ts", "dur"):
         try:
             check_us(getattr(e, name), name)
