@@ -13,13 +13,13 @@ def trace(ts: str = "1733126405002458.2", dur: str = "310.0", root: str = "",
     """The JSON text of a minimal Kineto trace; each argument is the JSON text of one value
     (``root`` is inserted as members of the root object, each followed by a comma)."""
     text = (
-        '{"schemaVersion": 1, "distributedInfo": {"rank": %s, "world_size": 1}, %s"traceEvents": ['
-        '{"ph": "X", "cat": "user_annotation", "name": %s, "pid": 1, "tid": 1, "ts": 1733126405002000, "dur": 1000},'
+        f'{{"schemaVersion": 1, "distributedInfo": {{"rank": {rank}, "world_size": 1}}, {root}"traceEvents": ['
+        f'{{"ph": "X", "cat": "user_annotation", "name": {step}, "pid": 1, "tid": 1, "ts": 1733126405002000, "dur": 1000}},'
         '{"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 1733126405002400.5,'
         ' "dur": 5, "args": {"correlation": 5, "cbid": 211}},'
-        '{"ph": "X", "cat": %s, "name": "k", "pid": 0, "tid": 7, "ts": %s, "dur": %s, "args": %s}'
+        f'{{"ph": "X", "cat": {cat}, "name": "k", "pid": 0, "tid": 7, "ts": {ts}, "dur": {dur}, "args": {kernel_args}}}'
         ']}'
-    ) % (rank, root, step, cat, ts, dur, kernel_args)
+    )
     return text.encode("latin-1")  # (latin-1: a "\xff" in an argument stays one invalid UTF-8 byte)
 
 

@@ -153,7 +153,7 @@ def test_mutated_traces_import_or_are_refused_alike(tmp_path: Path, monkeypatch:
             results = {route: run_route(route, path, monkeypatch) for route in routes}
         except _Timeout:
             pytest.fail(f"case {case} (PERFSCOPE_FUZZ_SEED={case} PERFSCOPE_FUZZ_CASES=1) took over {CASE_SECONDS} s")
-        except Exception as e:  # noqa: BLE001 - the point: nothing but PerfscopeError may escape
+        except Exception as e:
             raise AssertionError(f"case {case} (PERFSCOPE_FUZZ_SEED={case} PERFSCOPE_FUZZ_CASES=1) raised "
                                  f"{type(e).__name__}: {e}") from e
         first = results["native"]

@@ -89,7 +89,7 @@ def test_three_huge_exponents_are_refused_at_once(route: str, tmp_path: Path) ->
 
 def test_negative_durations_are_dropped_and_counted(route: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "t.json").write_bytes(trace(dur="-5"))
-    code, out, err = run_cli(capsys, "import", "kineto", str(tmp_path / "t.json"), "-o", str(tmp_path / "run"))
+    code, _, err = run_cli(capsys, "import", "kineto", str(tmp_path / "t.json"), "-o", str(tmp_path / "run"))
     assert code == 0
     assert "1 events with a negative dur dropped (kernels: 1)" in err
     run = open_run(tmp_path / "run")

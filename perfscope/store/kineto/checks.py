@@ -150,7 +150,7 @@ def drop_negative_durations(tables: dict[str, pa.Table]) -> tuple[dict[str, pa.T
 
 # -- Finding the event behind a failure ----------------------------------------------------
 class _Root(msgspec.Struct):
-    traceEvents: list[msgspec.Raw] | None = None  # noqa: N815 - JSON key
+    traceEvents: list[msgspec.Raw] | None = None
 
 
 class _Event(msgspec.Struct):
