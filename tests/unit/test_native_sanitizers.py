@@ -30,7 +30,7 @@ STREAM = "tests/unit/test_store_kineto_stream.py"
 TESTS = {
     "address,undefined": [
         "tests/unit/test_store_kineto_filter.py", "-k", "not shared and not fixtures and not import",
-        "tests/unit/test_store_kineto_native.py", "-k", "not shared and not fixtures and not table",
+        "tests/unit/test_store_kineto_native.py", "-k", "not shared and not fixtures and not table and not pandas",
         STREAM, "-k", "writers or wrong_split or few_rows or bad_rules or every_way",
         "tests/unit/test_cupti_sink.py",
     ],
