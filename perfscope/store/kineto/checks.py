@@ -133,10 +133,12 @@ def drop_negative_durations(tables: dict[str, pa.Table]) -> tuple[dict[str, pa.T
     out, dropped = {}, {}
     for name, tbl in tables.items():
         if "dur_ns" in tbl.column_names and tbl.num_rows:
-            dur = tbl["dur_ns"]
-            negative = pc.sum(pc.less(dur, 0)).as_py() or 0
+            # (no Python scalar in these calls: pyarrow would import pandas to convert it)
+            sign, dur = pc.sign(tbl["dur_ns"]), tbl["dur_ns"]
+            negative_rows = pc.and_kleene(pc.less(sign, pc.abs(sign)), pc.is_valid(dur))
+            negative = pc.sum(negative_rows).as_py() or 0
             if negative:
-                tbl = tbl.filter(pc.invert(pc.fill_null(pc.less(tbl["dur_ns"], 0), False)))
+                tbl = tbl.filter(pc.invert(negative_rows))
                 dropped[name] = negative
             if "start_ns" in tbl.column_names and tbl.num_rows:
                 try:
