@@ -389,6 +389,7 @@ def analyze_run(run: Any, config: AnalysisConfig | None = None, progress: Progre
     if status := meta.get("status"):
         if status != "complete":
             warnings.append(f"the run's status is {status!r}: it may end early (a rank stopped before its last flush)")
+    warnings.extend(getattr(run, "integrity_warnings", ()))  # store checks that did not stop reading
     # The collectives table is small (one row per NCCL operation) and spans ranks: read it whole.
     coll_cols = _read(run, "collectives", ranks, coded=False)  # analyze_collectives takes categoricals
     # A frame only when there are collectives: analyze_collectives works on one.

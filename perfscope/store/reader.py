@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import functools
 import os
-import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,14 +22,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from perfscope.errors import CorruptRunError, UsageError
-from perfscope.store.meta import load_meta
+from perfscope.store import integrity
+from perfscope.store.meta import RANK_FOLDER, load_meta
 from perfscope.store.schema import TABLES, Table, table as table_decl
 
 if TYPE_CHECKING:
     import pandas as pd
-
-_RANK_DIR = re.compile(r"^rank=(-?\d+)$")
-
 
 @dataclass(frozen=True)
 class Coded:
@@ -59,6 +56,8 @@ class _RunView:
     """What :class:`Run` and :class:`MemoryRun` share: metadata, status and ranks."""
 
     meta: dict[str, Any]
+    #: integrity problems found that do not stop reading (a :class:`Run`'s: see :func:`open_run`)
+    integrity_warnings: Sequence[str] = ()
 
     @property
     def status(self) -> str:
@@ -95,26 +94,60 @@ class Run(_RunView):
     path: Path
     meta: dict[str, Any]
     _parts: dict[str, dict[int, list[Path]]] = field(default_factory=dict, repr=False)
+    _manifest: dict[str, integrity.PartEntry] | None = field(default=None, repr=False)
+    _check: bool = field(default=True, repr=False)
+    _footers: dict[Path, pq.FileMetaData] = field(default_factory=dict, repr=False)
+    integrity_warnings: list[str] = field(default_factory=list)
 
     def _data_ranks(self) -> set[int]:
         return {r for by_rank in self._parts.values() for r in by_rank}
 
     def part_files(self, name: str, ranks: Iterable[int] | None = None) -> list[tuple[int, Path]]:
-        """Return (rank, path) of every part file of table ``name`` for ``ranks`` (all if None)."""
+        """Return (rank, path) of every part file of table ``name`` for ``ranks`` (all if None).
+
+        Raises:
+            RunIntegrityError: (unless opened with ``check=False``) one of them belongs to
+                another table or rank, or differs from the run's manifest (see
+                :mod:`perfscope.store.integrity`).
+            CorruptRunError: a footer cannot be read.
+        """
         table_decl(name)
         by_rank = self._parts.get(name, {})
         wanted = sorted(by_rank) if ranks is None else [int(r) for r in ranks]
-        return [(r, p) for r in wanted for p in by_rank.get(r, [])]
+        parts = [(r, p) for r in wanted for p in by_rank.get(r, [])]
+        if self._check:
+            for r, p in parts:
+                self._footer(name, r, p)
+        return parts
+
+    def _footer(self, name: str, rank: int, path: Path) -> pq.FileMetaData:
+        """The footer of a part file, read once per run opened, and checked when read."""
+        footer = self._footers.get(path)
+        if footer is None:
+            footer = _parquet_file(path).metadata
+            if self._check:
+                entry = self._manifest.get(integrity.part_key(name, rank, path.name)) if self._manifest is not None else None
+                integrity.check_part(table_decl(name), rank, path, footer, entry)
+            self._footers[path] = footer
+        return footer
 
     def row_counts(self) -> dict[str, int]:
-        """Rows per table, from the Parquet footers (no data is read)."""
-        counts: dict[str, int] = {}
-        for name in TABLES:
-            n = 0
-            for _, p in self.part_files(name):
-                n += _parquet_file(p).metadata.num_rows
-            counts[name] = n
-        return counts
+        """Rows per table, from the Parquet footers (no data is read).
+
+        Raises:
+            RunIntegrityError, CorruptRunError: as :meth:`part_files`.
+        """
+        return {name: sum(self._footer(name, r, p).num_rows for r, p in self.part_files(name)) for name in TABLES}
+
+    def verify(self) -> integrity.Findings:
+        """Check every part file in full: its footer, and the CRC-32 of the whole file
+        against the manifest (reading checks only sizes and footers).
+
+        Returns:
+            every problem found (errors and warnings, each naming its file) and the number
+            of files checked and bytes hashed; nothing is raised for a damaged run.
+        """
+        return integrity.verify_parts(self.path, self._manifest, self._parts, recording=self.meta.get("status") == "recording")
 
     def table(self, name: str, ranks: Iterable[int] | None = None, columns: Sequence[str] | None = None) -> pd.DataFrame:
         """Read table ``name`` as a DataFrame.
@@ -476,7 +509,7 @@ def _scan_parts(root: Path) -> dict[str, dict[int, list[Path]]]:
         if not tdir.is_dir():
             continue
         for rdir in tdir.iterdir():
-            m = _RANK_DIR.match(rdir.name)
+            m = RANK_FOLDER.match(rdir.name)
             if not m or not rdir.is_dir():
                 continue
             files = sorted(p for p in rdir.glob("part-*.parquet"))
@@ -485,15 +518,30 @@ def _scan_parts(root: Path) -> dict[str, dict[int, list[Path]]]:
     return parts
 
 
-def open_run(path: str | os.PathLike[str]) -> Run:
+def open_run(path: str | os.PathLike[str], *, check: bool = True) -> Run:
     """Open a run directory for reading.
+
+    The part files found are compared with the run's manifest (see
+    :mod:`perfscope.store.integrity`): a listed part that is missing is an error; a part
+    that is not listed is read, with a warning in ``Run.integrity_warnings``.  Each part's
+    footer is checked when the part is first read.  ``check=False`` reads what is there:
+    the errors become warnings and footers are not checked (to salvage a damaged run).
 
     Raises:
         InputError: the path does not exist.
         NotARunError: it has no run.json.
         SchemaVersionError: it was written by a newer schema.
         CorruptRunError: its metadata cannot be parsed.
+        RunIntegrityError: a part file or table folder its manifest lists is missing.
     """
     root = Path(path)
     meta = load_meta(root)
-    return Run(path=root, meta=meta, _parts=_scan_parts(root))
+    parts = _scan_parts(root)
+    manifest = integrity.load_manifest(root, meta)
+    warnings: list[str] = []
+    if manifest is not None:
+        found = integrity.compare_listing(root, manifest, parts, recording=meta.get("status") == "recording")
+        if check:
+            found.raise_errors(root)
+        warnings = found.errors + found.warnings
+    return Run(path=root, meta=meta, _parts=parts, _manifest=manifest, _check=check, integrity_warnings=warnings)
