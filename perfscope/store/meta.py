@@ -352,10 +352,11 @@ def replace_run(staged: Path, out: Path, *, force: bool) -> None:
             if e.errno not in (errno.EEXIST, errno.ENOTEMPTY) or not out.exists():
                 raise  # else another process has just put a run there: check it as one
     check_output(out, force)
+    old = perfscope_entries(out)
     backup = staging_dir(out, "replaced")
     moved_in: list[str] = []
     try:
-        for p in perfscope_entries(out):
+        for p in old:
             os.replace(p, backup / p.name)
         for child in list(staged.iterdir()):
             os.replace(child, out / child.name)
