@@ -258,7 +258,22 @@ def _footer_problem(decl: Table, rank: int, footer: pq.FileMetaData) -> str | No
     owner = kv.get(RANK_KEY)
     if owner is not None and owner != str(int(rank)).encode():
         return f"its footer says it belongs to rank {owner.decode(errors='replace')}"
-    schema = footer.schema.to_arrow_schema()
+    # Parts written by one writer share their Arrow schema (stored in the footer): its
+    # verdict is worked out once (a run has thousands of parts and few schemas).
+    stored = kv.get(b"ARROW:schema")
+    if stored is None:
+        return _columns_problem(decl, footer.schema.to_arrow_schema())
+    key = (decl.name, stored)
+    if key not in _VERDICTS:
+        _VERDICTS[key] = _columns_problem(decl, footer.schema.to_arrow_schema())
+    return _VERDICTS[key]
+
+
+_VERDICTS: dict[tuple[str, bytes], str | None] = {}  # (table, stored Arrow schema) -> _columns_problem
+
+
+def _columns_problem(decl: Table, schema: pa.Schema) -> str | None:
+    """What is wrong with a part's columns ``schema`` for table ``decl``, or None."""
     declared = {c.name: c.type for c in decl.columns}
     extra = [n for n in schema.names if n not in declared]
     if extra:

@@ -195,7 +195,7 @@ class Run(_RunView):
 
     def _pieces(self, name: str, ranks: Iterable[int] | None, decl: Table, data_cols: list[str]) -> list[tuple[int, pa.Table]]:
         """(rank, the stored columns ``data_cols`` of one part file) of every part file read."""
-        return [(rank, _read_part(decl, path, data_cols)) for rank, path in self.part_files(name, ranks)]
+        return [(rank, _read_part(decl, path, data_cols, self._footers.get(path))) for rank, path in self.part_files(name, ranks)]
 
 
 @dataclass
@@ -291,9 +291,11 @@ def _arrays(decl: Table, cols: list[str], pieces: list[tuple[int, pa.Table]], co
     return {name: rank_col if name == "rank" else _column(tbl.column(name), name in dict_cols, coded) for name in cols}
 
 
-def _parquet_file(path: Path, read_dictionary: list[str] | None = None) -> pq.ParquetFile:
+def _parquet_file(path: Path, read_dictionary: list[str] | None = None,
+                  footer: pq.FileMetaData | None = None) -> pq.ParquetFile:
+    """``path`` opened; ``footer``, its footer read before (by the checks), is not parsed again."""
     try:
-        return pq.ParquetFile(path, read_dictionary=read_dictionary)
+        return pq.ParquetFile(path, read_dictionary=read_dictionary, metadata=footer)
     except (pa.ArrowInvalid, OSError) as e:
         raise CorruptRunError(f"cannot read part file {path}: {e}. Move it aside to read the rest of the run") from None
 
@@ -303,12 +305,13 @@ def _parquet_file(path: Path, read_dictionary: list[str] | None = None) -> pq.Pa
 _THREADED_ROWS = 1 << 16
 
 
-def _read_part(decl: Table, path: Path, columns: list[str]) -> pa.Table:
-    """Read ``columns`` of one part file; dictionary columns come back dictionary-typed
-    (Parquet's dictionary pages are kept: no string is materialised per row)."""
+def _read_part(decl: Table, path: Path, columns: list[str], footer: pq.FileMetaData | None = None) -> pa.Table:
+    """Read ``columns`` of one part file (whose ``footer`` may have been read already);
+    dictionary columns come back dictionary-typed (Parquet's dictionary pages are kept: no
+    string is materialised per row)."""
     wanted = [c for c in decl.dictionary_columns if c in columns]
     try:
-        f = _parquet_file(path, read_dictionary=wanted)
+        f = _parquet_file(path, read_dictionary=wanted, footer=footer)
     except KeyError:  # a part written before one of these columns existed
         names = set(_parquet_file(path).schema_arrow.names)
         f = _parquet_file(path, read_dictionary=[c for c in wanted if c in names])
