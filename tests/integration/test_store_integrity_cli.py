@@ -43,7 +43,7 @@ def test_a_kernels_part_replaced_by_a_memcpy_part_is_refused(imported: Path, cap
                                                              command: list[str]) -> None:
     victim = one_part(imported, "kernels")
     shutil.copyfile(one_part(imported, "memcpy"), victim)
-    code, out, err = cli(capsys, *command, str(imported))
+    code, _, err = cli(capsys, *command, str(imported))
     assert code == 2 and err.count("\n") == 1, err
     assert str(victim) in err and "part of table 'memcpy'" in err
 
@@ -66,7 +66,7 @@ def test_a_deleted_table_folder_or_part_is_refused_not_read_as_no_rows(imported:
     else:
         one_part(imported, "kernels").unlink()
     for command in ("analyze", "info"):
-        code, out, err = cli(capsys, command, str(imported))
+        code, _, err = cli(capsys, command, str(imported))
         assert code == 2 and err.count("\n") == 1 and "kernels" in err and "missing" in err, err
 
 

@@ -256,7 +256,7 @@ def test_racing_creators_exactly_one_wins(tmp_path: Path) -> None:
         results: list[str] = []
         barrier = threading.Barrier(8)
 
-        def go() -> None:
+        def go(path: str = path, barrier: threading.Barrier = barrier, results: list[str] = results) -> None:
             barrier.wait()
             results.append(_create(path, None))
 
