@@ -378,6 +378,7 @@ def analyze_run(run: Any, config: AnalysisConfig | None = None, progress: Progre
     if status := meta.get("status"):
         if status != "complete":
             warnings.append(f"the run's status is {status!r}: it may end early (a rank stopped before its last flush)")
+    warnings.extend(getattr(run, "integrity_warnings", ()))  # store checks that did not stop reading
     coll_raw = _read_collectives(run, ranks)
     names, copy_kinds = _GlobalCodes(), _GlobalCodes()
     out: dict[str, list] = {k: [] for k in ("step_warnings", "summary", "kernels", "launch", "comm_kernels", "copies")}

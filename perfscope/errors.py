@@ -32,6 +32,11 @@ class CorruptRunError(InputError):
     """A run directory exists but part of it cannot be read (truncated part file, bad JSON)."""
 
 
+class RunIntegrityError(CorruptRunError):
+    """A run's part files do not match its manifest or their table: a listed part is
+    missing, a part belongs to another table or rank, or it changed since it was written."""
+
+
 class SchemaVersionError(InputError):
     """A run was written by a newer perfscope whose schema this version cannot read."""
 
@@ -60,6 +65,7 @@ __all__ = [
     "InputError",
     "NotARunError",
     "CorruptRunError",
+    "RunIntegrityError",
     "SchemaVersionError",
     "RunExistsError",
     "CollectorError",

@@ -10,9 +10,11 @@ from perfscope.store import open_run
 
 def run_info(path: str) -> dict:
     """Return the info document: schema_version, status, run_id, source, command,
-    world_size, ranks (list of rank dicts) and tables ({name: rows})."""
+    world_size, ranks (list of rank dicts), tables ({name: rows}) and integrity_warnings
+    (what the store's checks found that does not stop reading)."""
     run = open_run(path)
     meta = run.meta
+    tables = run.row_counts()  # reads (and so checks) every footer before the warnings are taken
     return {
         "path": str(run.path),
         "schema_version": meta.get("schema_version"),
@@ -27,7 +29,8 @@ def run_info(path: str) -> dict:
             for r in meta.get("ranks", [])
         ] or [{"rank": r} for r in run.ranks],
         "collectors": meta.get("collectors", []),
-        "tables": run.row_counts(),
+        "tables": tables,
+        "integrity_warnings": list(run.integrity_warnings),
     }
 
 

@@ -199,6 +199,8 @@ def render_info_text(doc: dict[str, Any], *, width: int = 80, color: bool = Fals
     for name, n in doc["tables"].items():
         tables.add_row(name, f"{n:,}")
     con.print(tables)
+    for w in doc.get("integrity_warnings", ()):
+        con.print(Text.assemble(("warning: ", "yellow"), str(w)))
     return buf.getvalue()
 
 

@@ -9,11 +9,9 @@ into place only when every file has imported: an existing run is replaced only w
 """
 from __future__ import annotations
 
-import contextlib
 import gc
 import os
 import shutil
-import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +19,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from perfscope.errors import InputError, PerfscopeError, RunExistsError, UsageError
+from perfscope.errors import InputError, PerfscopeError, UsageError
 from perfscope.store.arrays import column, to_int
 from perfscope.store.kineto.builder import EventRankBuilder
 from perfscope.store.kineto.decode import iter_event_chunks
@@ -33,10 +31,12 @@ from perfscope.store.kineto.read import ReadTrace, read_trace
 from perfscope.store.kineto.tables import RankTables
 from perfscope.store.meta import (
     as_read_back,
+    check_output,
     create_run,
     merge_meta,
-    perfscope_entries,
     rank_meta_record,
+    replace_run,
+    staging_dir,
     update_run,
     write_rank_meta,
 )
@@ -137,7 +137,7 @@ def import_kineto(
     """
     paths = _trace_paths(files, rank)
     out = Path(out)
-    _check_output(out, force)
+    check_output(out, force)
     for p in paths:
         if not p.exists():
             raise InputError(f"no such file: {p}")
@@ -173,7 +173,7 @@ def import_kineto(
         if background:
             _write_in_background(result, run_json, tmp, force)
         else:
-            _move_into_place(tmp, out, force)
+            replace_run(tmp, out, force=force)
     except OSError as e:
         shutil.rmtree(tmp, ignore_errors=True)
         raise _write_error(out, e) from None
@@ -214,7 +214,7 @@ def _staging_folder(out: Path) -> Path:
     """
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        return Path(tempfile.mkdtemp(prefix=f".{out.name}.importing-", dir=out.parent))
+        return staging_dir(out)
     except OSError as e:
         raise _write_error(out, e) from None
 
@@ -343,7 +343,7 @@ def _write_in_background(result: ImportResult, run_json: dict[str, Any], tmp: Pa
             for r, tables, info in staged:
                 write_rank_tables(tmp, r, tables)
                 write_rank_meta(tmp, r, info, durable=False)
-            _move_into_place(tmp, out, force)
+            replace_run(tmp, out, force=force)
         except BaseException as e:
             shutil.rmtree(tmp, ignore_errors=True)
             if isinstance(e, OSError):
@@ -415,12 +415,6 @@ def _gpu_info(props: Any, devices: list[int]) -> tuple[dict[str, Any], list[dict
     return {k: v for k, v in gpu.items() if v is not None}, all_props
 
 
-def _check_output(out: Path, force: bool) -> None:
-    if out.exists() and not out.is_dir():
-        raise RunExistsError(f"{out} exists and is a file; choose another output directory")
-    if out.is_dir() and any(out.iterdir()) and not force:
-        what = "a run" if (out / "run.json").exists() else "other files"
-        raise RunExistsError(f"{out} already holds {what}; choose another output or pass --force to replace it")
 
 
 def _arrow_tables(tables: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -432,37 +426,4 @@ def _arrow_tables(tables: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]
         decl = table_decl(name)
         out[name] = {c: column(v, decl.column(c).type) if c in decl.column_names else v for c, v in cols.items()}
     return out
-
-
-def _move_into_place(tmp: Path, out: Path, force: bool) -> None:
-    """Move the finished run from ``tmp`` to ``out`` (replacing perfscope files if forced)."""
-    if not out.exists():
-        out.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(tmp, out)
-        return
-    _check_output(out, force)
-    # The old run's files are moved aside first and put back if the new ones cannot all be
-    # moved in, so that a failed replacement leaves the old run as it was.
-    backup = Path(tempfile.mkdtemp(prefix=f".{out.name}.replaced-", dir=out.parent))
-    old = perfscope_entries(out)
-    moved_in: list[str] = []
-    try:
-        for p in old:
-            os.replace(p, backup / p.name)
-        for child in list(tmp.iterdir()):
-            os.replace(child, out / child.name)
-            moved_in.append(child.name)
-    except OSError:
-        for name in moved_in:
-            with contextlib.suppress(OSError):
-                os.replace(out / name, tmp / name)
-        for p in backup.iterdir():
-            with contextlib.suppress(OSError):
-                os.replace(p, out / p.name)
-        with contextlib.suppress(OSError):
-            backup.rmdir()
-        raise
-    shutil.rmtree(backup, ignore_errors=True)
-    tmp.rmdir()
-
 
