@@ -75,12 +75,21 @@ class OptionalNativeBuild(build_ext):
         # No Python ABI in the name: the same file serves every interpreter (py3-none wheel).
         return os.path.join(*fullname.split(".")) + ".so"
 
+    def build_extensions(self) -> None:
+        self.skipped: set[str] = set()
+        super().build_extensions()
+        # What comes after (copies into the source tree for editable installs, the list of
+        # outputs) must not look for the libraries that were skipped.
+        self.extensions = [ext for ext in self.extensions if ext.name not in self.skipped]
+
     def build_extension(self, ext: Extension) -> None:
         try:
             super().build_extension(ext)
         except Exception as e:  # noqa: BLE001 - any build failure means "skip this optional part"
-            print(f"perfscope: skipped the native library {ext.name} ({type(e).__name__}: {e}); perfscope "
-                  "works without it, and `perfscope doctor` says what it adds and how to get it", file=sys.stderr)
+            self.skipped.add(ext.name)
+            why = f"{type(e).__name__}: {e}"
+            print(f"perfscope: skipped the native library {ext.name} ({why[:200]}); perfscope works without it, "
+                  "and `perfscope doctor` says what it adds and how to get it", file=sys.stderr)
             return
         if self.inplace or getattr(self, "editable_mode", False):
             self._remove_stale_copies(ext)
