@@ -62,7 +62,7 @@ def native_extensions() -> list[Extension]:
     exts: list[Extension] = []
     for script in build_scripts():
         namespace: dict = {"__file__": str(script), "__name__": "perfscope_build"}
-        exec(compile(script.read_text(), str(script), "exec"), namespace)
+        exec(compile(script.read_text(), str(script), "exec"), namespace)  # noqa: S102 - our own build scripts
         exts += namespace["extensions"]()
     return exts
 

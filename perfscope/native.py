@@ -84,4 +84,4 @@ def check() -> Result:
     return result(CHECK_ID, status, said, INSTALL_HINT)
 
 
-__all__ = ["CHECK_ID", "INSTALL_HINT", "NativePart", "PARTS", "check", "library_path"]
+__all__ = ["CHECK_ID", "INSTALL_HINT", "PARTS", "NativePart", "check", "library_path"]
