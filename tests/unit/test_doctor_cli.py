@@ -76,4 +76,4 @@ def test_doctor_runs_here_as_a_command() -> None:
     proc = subprocess.run([sys.executable, "-m", "perfscope", "doctor", "--json"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
-    assert len(doc["checks"]) == len(CHECK_IDS)
+    assert [c["id"] for c in doc["checks"]] == [*CHECK_IDS, "perfscope.native"]
