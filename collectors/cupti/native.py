@@ -60,18 +60,17 @@ def load() -> ctypes.CDLL:
     """Load the sink once and declare its functions.
 
     Raises:
-        CuptiUnavailableError: the sink was not built (reinstall perfscope with a C
-            compiler present, or run ``python collectors/cupti/build.py``).
+        CuptiUnavailableError: the sink was not built (the message says how to get it:
+            :data:`perfscope.native.INSTALL_HINT`).
     """
     global _lib
     if _lib is not None:
         return _lib
     path = library_path()
     if path is None:
-        raise CuptiUnavailableError(
-            "perfscope's native CUPTI sink is not built; reinstall perfscope where a C compiler is available "
-            "(pip install --force-reinstall perfscope) or run `python collectors/cupti/build.py` in a checkout"
-        )
+        from perfscope.native import INSTALL_HINT
+
+        raise CuptiUnavailableError(f"perfscope's native CUPTI sink is not built; {INSTALL_HINT}")
     try:
         lib = ctypes.CDLL(str(path))
     except OSError as e:

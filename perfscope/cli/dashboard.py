@@ -27,7 +27,12 @@ def make_server(runs: list[str], host: str, port: int, config: AnalysisConfig | 
     Raises:
         UsageError: the address cannot be bound (port taken, unknown host).
         PerfscopeError: a run cannot be opened or analysed.
+        UsageError: Dash (an optional dependency) is not installed.
     """
+    try:
+        import dash  # noqa: F401 - only to say how to install it; it brings werkzeug
+    except ImportError:
+        raise UsageError("the dashboard needs Dash, which is not installed: pip install 'perfscope[dashboard]'") from None
     from werkzeug.serving import make_server as wsgi_server
 
     from perfscope.dashboards.app import create_app
