@@ -45,13 +45,14 @@ try:
 except ImportError:  # another pyarrow layout: they are imported on first use instead
     pass
 
+from perfscope.analyzers.api_calls import blocking_calls, startup_calls
 from perfscope.analyzers.breakdown import EMPTY, breakdown, bucket_columns, post_sync_idle_columns
 from perfscope.analyzers.classify import COMMUNICATION, MEMORY, codes_and_names, copy_is_pcie, hta_is_computation, kernel_kind, name_matches, name_values
 from perfscope.analyzers.collectives import analyze_collectives, collectives_from_kernels
 from perfscope.analyzers.columns import Columns, bools, columns, is_null, n_rows, take
 from perfscope.analyzers.config import AnalysisConfig
 from perfscope.analyzers.gpu_summary import summary_frame, summary_row
-from perfscope.analyzers.intervals import I64, KeyIndex, as_i64, as_key, filled_i64, merge, split_by_rank
+from perfscope.analyzers.intervals import I64, KeyIndex, as_i64, as_key, covered_ns, filled_i64, merge, split_by_rank
 from perfscope.analyzers.kernels import LAUNCH_COLUMNS, launch_row, top_kernels
 from perfscope.analyzers.result import BUCKET_COLUMNS, Analysis, Recommendation
 from perfscope.analyzers.rules import RuleContext, evaluate_rules
@@ -74,7 +75,6 @@ COLUMNS: dict[str, list[str]] = {
     "collectives": ["rank", "start_ns", "dur_ns", "enqueue_ns", "comm_id", "seq", "func", "bytes", "nranks", "correlation", "kernel_name"],
 }
 HOST_SYNC_KINDS = ("barrier", "collective_wait", "sync_wait")
-SYNC_API_RE = re.compile(r"(?i)synchronize")
 DATALOADER_NAME_RE = re.compile(r"enumerate\((?:DataLoader|DataPipe)\)#.*__next__")
 PCIE_MEMORY_KERNEL_RE = re.compile(r"(?i)HtoD|DtoH|HtoH|PtoP|H2D|D2H")
 _PCIE_WORDS = ("htod", "dtoh", "htoh", "ptop", "h2d", "d2h")
@@ -320,7 +320,7 @@ def _rank_pass(run: Any, r: int, cfg: AnalysisConfig, comm_corr: np.ndarray | No
         h_kind = name_values(host["kind"])
         h_dl = (h_kind == "dataloader_wait") | name_matches(host["name"], DATALOADER_NAME_RE)
         h_sync = np.isin(h_kind, HOST_SYNC_KINDS)
-    a_sync = name_matches(api["name"], SYNC_API_RE) if n_api else None
+    a_sync = blocking_calls(api, t["memcpy"]) if n_api else None
     m_dl = name_matches(markers["name"], DATALOADER_NAME_RE) if n_rows(markers) else None
     glayer = gpu["layer"]
     g = gpu if n_gpu else None
@@ -331,6 +331,7 @@ def _rank_pass(run: Any, r: int, cfg: AnalysisConfig, comm_corr: np.ndarray | No
         "pcie": merge(*_ivs(g, glayer == LAYER_PCIE, "end_ns")),
         "host_sync": _cat([_ivs(t["sync"]), _ivs(host, h_sync), _ivs(api, a_sync)]),
         "dataloader": _cat([_ivs(host, h_dl), _ivs(markers, m_dl)]),
+        "startup": merge(*_ivs(api, startup_calls(api) if n_api else None)),  # not a sweep layer: startup_api_ns
     }
     return _RankPass(windows=win, layers=layers)
 
@@ -346,7 +347,8 @@ def _steps_rows(w: dict[str, np.ndarray], layers: dict[str, tuple[np.ndarray, np
     busy = merge(*_cat([layers["compute"], layers["comm"], layers["pcie"]]))
     # One sync is often seen twice (CUPTI's sync record and the runtime call): merge.
     calls, idle = post_sync_idle_columns(ws, we, busy, merge(*layers["host_sync"]))
-    return pd.DataFrame({**w, **bucket_columns(ws, we, layers), "sync_calls": calls, "post_sync_idle_ns": idle})
+    return pd.DataFrame({**w, **bucket_columns(ws, we, layers), "sync_calls": calls, "post_sync_idle_ns": idle,
+                         "startup_api_ns": covered_ns(ws, we, *layers.get("startup", EMPTY))})
 
 
 def analyze_run(run: Any, config: AnalysisConfig | None = None, progress: Progress | None = None) -> Analysis:
@@ -457,6 +459,7 @@ def analyze_run(run: Any, config: AnalysisConfig | None = None, progress: Progre
         steps = breakdown(_empty()[list(WINDOW_COLUMNS)], {})
         steps["sync_calls"] = pd.Series(dtype="int64")
         steps["post_sync_idle_ns"] = pd.Series(dtype="int64")
+        steps["startup_api_ns"] = pd.Series(dtype="int64")
 
     say("summarising GPU time")
     summary = summary_frame(out["summary"])

@@ -1,0 +1,92 @@
+"""Diagnosis on real traces recorded by others (issue 15): the shared Kineto traces, and the
+traces in the folder PERFSCOPE_EXTRA_TRACES names (ones we may not commit; skipped without it)."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from perfscope.analyzers import analyze_run
+from perfscope.analyzers.context import hardware_context
+
+from perfscope.store import open_run
+from perfscope.store.kineto import import_kineto
+
+SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "kineto"
+EXTRA = Path(os.environ.get("PERFSCOPE_EXTRA_TRACES", "")) if os.environ.get("PERFSCOPE_EXTRA_TRACES") else None
+EXTRA_TRACES = sorted(p for p in EXTRA.glob("*.json*")) if EXTRA is not None and EXTRA.is_dir() else []
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory: pytest.TempPathFactory):
+    if not SHARED.is_dir():
+        pytest.skip(f"shared traces not present at {SHARED}")
+    root = tmp_path_factory.mktemp("diagnosis")
+    cache = {}
+
+    def analysed(name: str):
+        if name not in cache:
+            src = SHARED / f"{name}.json.gz"
+            if not src.exists():
+                pytest.skip(f"{src.name} not in the shared traces")
+            import_kineto(src, root / name)
+            cache[name] = analyze_run(open_run(root / name))
+        return cache[name]
+
+    return analysed
+
+
+def _check_invariants(a) -> None:
+    """What holds on any trace: advice fits the hardware, savings add up to at most the step,
+    no saving without GPU records."""
+    hw = hardware_context(a.meta)
+    wall = int(a.steps["wall_ns"].median()) if len(a.steps) else 0
+    assert sum(r.saving_ns for r in a.recommendations) <= wall
+    if hw.cc_at_least(8) is False:
+        for r in a.recommendations:
+            assert "tf32" not in (r.message + r.change).lower() and "bfloat16" not in (r.message + r.change).lower()
+    if len(a.steps) and (a.steps["gpu_idle_ns"] >= a.steps["wall_ns"]).all():
+        assert all(r.saving_ns == 0 for r in a.recommendations)
+        assert any(r.id in ("trace.no_gpu_records", "trace.cpu_only") for r in a.recommendations)
+
+
+def test_v100_gets_no_tf32_or_bfloat16_advice(shared) -> None:
+    a = shared("ns_resolution_trace_rank-0")
+    assert hardware_context(a.meta).compute_capability == (7, 0)
+    rec = next(r for r in a.recommendations if r.id == "compute.bound")
+    text = (rec.message + rec.change).lower()
+    assert "tf32" not in text and "bfloat16" not in text and "float16" in text
+    _check_invariants(a)
+
+
+def test_startup_window_is_a_finding_not_host_overhead(shared) -> None:
+    a = shared("critical_path_alexnet_bench")
+    assert [r.id for r in a.recommendations] == ["trace.startup"]
+    assert a.recommendations[0].saving_ns == 0
+    assert a.recommendations[0].evidence["startup_share"] > 0.9  # cudaDeviceGetStreamPriorityRange, cudaFree, ...
+    _check_invariants(a)
+
+
+def test_pageable_device_to_host_copies_are_syncs(shared) -> None:
+    a = shared("trace_filter_sampled_rank-0")
+    # Four cudaMemcpyAsync into pageable host memory per step; no API name says "synchronize".
+    assert a.steps["sync_calls"].tolist() == [4, 4]
+    assert (a.steps["sync_ns"] > 0).all()
+
+
+@pytest.mark.parametrize("name", ["nccl_parser_config_nccl_data", "trace_compare_base_base", "trace_compare_test_test",
+                                  "trace_filter_sampled_rank-1"])
+def test_invariants_on_the_other_shared_traces(shared, name: str) -> None:
+    _check_invariants(shared(name))
+
+
+@pytest.mark.skipif(not EXTRA_TRACES, reason="PERFSCOPE_EXTRA_TRACES names no folder of Kineto traces")
+@pytest.mark.parametrize("path", EXTRA_TRACES, ids=[p.name for p in EXTRA_TRACES])
+def test_invariants_on_extra_traces(tmp_path: Path, path: Path) -> None:
+    import_kineto(path, tmp_path / "run")
+    a = analyze_run(open_run(tmp_path / "run"))
+    _check_invariants(a)
+    startup = a.steps["startup_api_ns"] >= 0.5 * a.steps["wall_ns"]
+    if len(a.steps) and startup.all():
+        assert [r.id for r in a.recommendations if r.bucket != "environment"] == ["trace.startup"]

@@ -1,0 +1,144 @@
+"""Diagnosis on messy runs (issue 15), on synthetic data: hardware context, implicit syncs,
+explicit trace findings, savings estimated from the trace and capped to the step."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from perfscope.analyzers.api_calls import blocking_calls, startup_calls
+from perfscope.analyzers.context import hardware_context
+from perfscope.analyzers.intervals import covered_ns
+from perfscope.analyzers.result import BUCKET_COLUMNS, Recommendation
+from perfscope.analyzers.rules import RuleContext, _cap_to_step, evaluate_rules
+
+V100 = {"ranks": [{"rank": 0, "gpu": {"name": "Tesla V100-SXM2-32GB", "compute_capability": "7.0", "memory_bytes": 34079637504}}]}
+
+
+def steps(gpu_idle: int | None = None, **ns: int) -> pd.DataFrame:
+    """Two identical steps with the given buckets (ms-free: ns); GPU idle is the non-compute
+    time unless given."""
+    row = {c: 0 for c in BUCKET_COLUMNS}
+    row.update({f"{k}_ns": v for k, v in ns.items() if f"{k}_ns" in row})
+    wall = sum(row[c] for c in BUCKET_COLUMNS)
+    idle = wall - row["compute_ns"] - row["network_ns"] - row["pcie_ns"] if gpu_idle is None else gpu_idle
+    row.update(rank=0, step=0, wall_ns=wall, hidden_network_ns=0, hidden_pcie_ns=0, collective_wait_ns=0,
+               gpu_idle_ns=idle, sync_calls=0, post_sync_idle_ns=0, startup_api_ns=ns.get("startup", 0))
+    return pd.DataFrame([row, {**row, "step": 1}])
+
+
+def ctx(s: pd.DataFrame, **kw) -> RuleContext:
+    empty = pd.DataFrame()
+    base: dict = dict(gpu_summary=empty, kernels=pd.DataFrame(columns=["rank", "name", "kind", "total_ns"]),  # noqa: C408
+                launch=pd.DataFrame(columns=["rank", "launch_bound"]), collectives=empty, stragglers=empty,
+                copies=pd.DataFrame(columns=["rank", "copy_kind", "pageable", "count", "bytes", "total_ns"]))
+    base.update(kw)
+    return RuleContext(steps=s, **base)
+
+
+def fp32_kernels() -> pd.DataFrame:
+    return pd.DataFrame({"rank": [0, 0], "name": ["volta_sgemm_128x64_nn", "elementwise_kernel"],
+                         "kind": ["compute", "compute"], "total_ns": [6_000_000, 4_000_000]})
+
+
+# ----------------------------------------------------------------------------- hardware context
+def test_context_from_recorded_and_imported_metadata() -> None:
+    recorded = {"environment": {"facts": {"cpu": {"count": 2}, "env": {"nccl": {"NCCL_VERSION": "2.28.3-1"}}}},
+                "ranks": [{"rank": 0, "host": "a", "gpu": {"name": "NVIDIA H200", "capability": "9.0", "total_memory_bytes": 150},
+                           "versions": {"torch": "2.11.0", "cuda": "13.0", "nccl": "2.28.9"}},
+                          {"rank": 1, "host": "a", "gpu": {"name": "NVIDIA H200", "capability": "9.0"}}]}
+    hw = hardware_context(recorded)
+    assert hw.compute_capability == (9, 0) and hw.gpu_memory_bytes == 150 and hw.cpu_count == 2
+    assert hw.ranks_per_host == 2 and hw.cpus_per_rank() == 1 and hw.nccl_version == "2.28.9" and hw.torch_version == "2.11.0"
+    imported = hardware_context({**V100, "ranks": [{**V100["ranks"][0], "distributed_info": {"backend": "nccl", "nccl_version": "2.18.3"}}]})
+    assert imported.compute_capability == (7, 0) and imported.cc_at_least(8) is False and imported.nccl_version == "2.18.3"
+    assert imported.backend == "nccl" and imported.gpu_present is True
+    unknown = hardware_context({})
+    assert unknown.compute_capability is None and unknown.cc_at_least(8) is None and unknown.cpus_per_rank() is None
+    assert hardware_context({"environment": {"facts": {"gpus": {"available": False}}}}).gpu_present is False
+
+
+def test_compute_advice_fits_the_compute_capability() -> None:
+    s = steps(compute=9_000_000, host=500_000)
+    (volta,) = evaluate_rules(ctx(s, kernels=fp32_kernels(), meta=V100))
+    text = (volta.message + volta.change).lower()
+    assert volta.id == "compute.bound" and "tf32" not in text and "bfloat16" not in text
+    assert "float16" in text and "gradscaler" in text and volta.evidence["compute_capability"] == "7.0"
+    pascal = {"ranks": [{"gpu": {"name": "Tesla P100", "compute_capability": "6.0"}}]}
+    (old,) = evaluate_rules(ctx(s, kernels=fp32_kernels(), meta=pascal))
+    assert "tensor cores" not in old.message and "float16" not in old.change and "torch.compile" in old.change
+    ampere = {"ranks": [{"gpu": {"name": "A100", "compute_capability": "8.0"}}]}
+    (new,) = evaluate_rules(ctx(s, kernels=fp32_kernels(), meta=ampere))
+    assert "allow_tf32" in new.change and "bfloat16" in new.change
+
+
+def test_num_workers_never_above_the_cpus() -> None:
+    s = steps(compute=6_000_000, data_loading=4_000_000)
+    two_cpus = {"environment": {"facts": {"cpu": {"count": 2}}}}
+    (r,) = evaluate_rules(ctx(s, meta=two_cpus))
+    assert "num_workers=1," in r.change and r.evidence["cpus_per_rank"] == 2
+    (r,) = evaluate_rules(ctx(s))
+    assert "num_workers=8," in r.change
+
+
+# ----------------------------------------------------------------------------- implicit syncs
+def test_blocking_calls_include_sync_copies_and_pageable_d2h() -> None:
+    api = {"name": np.array(["cudaLaunchKernel", "cudaStreamSynchronize", "cudaEventSynchronize", "cudaMemcpy",
+                             "cudaMemcpyAsync", "cudaMemcpyAsync", "cudaMemcpyAsync", "cudaStreamWaitEvent",
+                             "cuMemcpyDtoH_v2", "cudaEventQuery"], dtype=object),
+           "correlation": np.arange(10, dtype=np.int64)}
+    memcpy = {"correlation": np.array([3, 4, 5, 6]), "copy_kind": np.array(["D2H", "D2H", "D2H", "H2D"], dtype=object),
+              "pageable": np.array([False, True, False, True])}
+    got = blocking_calls(api, memcpy)
+    # pageable D2H async copy (4) blocks; pinned D2H (5) and pageable H2D (6) do not.
+    assert got.tolist() == [False, True, True, True, True, False, False, False, True, False]
+    assert startup_calls({"name": np.array(["cudaFree", "cudaDeviceGetStreamPriorityRange", "cudaLaunchKernel",
+                                            "cuDevicePrimaryCtxRetain"], dtype=object)}).tolist() == [True, True, False, True]
+
+
+def test_covered_ns_per_window() -> None:
+    got = covered_ns(np.array([0, 10, 20]), np.array([10, 20, 40]), np.array([5, 8, 25, 100]), np.array([12, 9, 30, 110]))
+    assert got.tolist() == [5, 2, 5]
+
+
+# ----------------------------------------------------------------------------- trace findings
+def test_no_gpu_records_is_a_finding_without_saving() -> None:
+    s = steps(host=4_700_000_000, gpu_idle=4_700_000_000)
+    recs = evaluate_rules(ctx(s, meta=V100))
+    assert [r.id for r in recs] == ["trace.no_gpu_records"]
+    assert recs[0].saving_ns == 0 and "V100" in recs[0].message
+
+
+def test_cpu_only_run_has_no_gpu_wording() -> None:
+    s = steps(host=50_000_000, data_loading=10_000_000, gpu_idle=60_000_000)
+    recs = evaluate_rules(ctx(s, meta={"environment": {"facts": {"gpus": {"available": False}}}}))
+    assert [r.id for r in recs] == ["trace.cpu_only"] and recs[0].saving_ns == 0
+    assert "GPU waits" not in recs[0].message and "GPU is idle" not in recs[0].message
+
+
+def test_startup_window_is_not_training() -> None:
+    s = steps(compute=10_000_000, host=40_000_000_000, startup=39_000_000_000)
+    recs = evaluate_rules(ctx(s))
+    assert [r.id for r in recs] == ["trace.startup"] and recs[0].saving_ns == 0
+    assert not evaluate_rules(ctx(steps(compute=10_000_000, host=40_000_000, startup=1_000_000)))[0].id.startswith("trace.")
+
+
+# ----------------------------------------------------------------------------- savings
+def test_host_saving_is_the_idle_time_down_to_the_launch_floor() -> None:
+    s = steps(compute=4_000_000, host=6_000_000)
+    launch = pd.DataFrame({"rank": [0], "launch_bound": [False], "kernels": [1000], "median_launch_cpu_ns": [10_000]})
+    (r,) = evaluate_rules(ctx(s, launch=launch))
+    # 500 kernels per step x 10 us = 5 ms the host needs anyway (more than the 4 ms of GPU work):
+    # the step can shrink to 5 ms, a 5 ms saving (not half the host time, 3 ms).
+    assert r.id == "host.overhead" and r.evidence["launch_floor_ns"] == 5_000_000
+    assert r.saving_ns == 5_000_000
+    (r,) = evaluate_rules(ctx(s))  # no launch table: down to the GPU work
+    assert r.saving_ns == 6_000_000
+
+
+def test_findings_never_promise_more_than_the_step() -> None:
+    c = ctx(steps(compute=5_000_000, host=5_000_000))
+    recs = [Recommendation(id=f"r{i}", bucket="host", title="t", message="m", saving_ns=v) for i, v in enumerate((7_000_000, 6_000_000, 1))]
+    capped = _cap_to_step(c, recs)
+    assert [r.saving_ns for r in capped] == [7_000_000, 3_000_000, 0]
+    assert "capped" in capped[1].message and capped[1].evidence["uncapped_saving_ns"] == 6_000_000
+    assert sum(r.saving_ns for r in capped) <= c.median_step_ns
