@@ -46,7 +46,7 @@ except ImportError:  # another pyarrow layout: they are imported on first use in
     pass
 
 from perfscope.analyzers.api_calls import blocking_calls, startup_calls
-from perfscope.analyzers.breakdown import EMPTY, breakdown, bucket_columns, post_sync_idle_columns
+from perfscope.analyzers.breakdown import EMPTY, breakdown, bucket_columns, median_steps, post_sync_idle_columns
 from perfscope.analyzers.classify import COMMUNICATION, MEMORY, codes_and_names, copy_is_pcie, hta_is_computation, kernel_kind, name_matches, name_values
 from perfscope.analyzers.collectives import analyze_collectives, collectives_from_kernels
 from perfscope.analyzers.columns import Columns, bools, columns, is_null, n_rows, take
@@ -602,18 +602,8 @@ def analysis_to_json(a: Analysis) -> dict[str, Any]:
 
 
 def step_summary(steps: pd.DataFrame) -> pd.DataFrame:
-    """Median step per rank: ``rank``, ``steps``, ``wall_ns`` and the six bucket columns
-    (medians over the rank's steps, int ns), plus ``*_share`` of the median wall time."""
-    cols = ["wall_ns", *BUCKET_COLUMNS]
-    if steps is None or len(steps) == 0:
-        return pd.DataFrame(columns=["rank", "steps", *cols])
-    g = steps.groupby("rank", sort=True)
-    out = g[cols].median().round().astype("int64")
-    out.insert(0, "steps", g.size().astype("int64"))
-    out = out.reset_index()
-    for c in BUCKET_COLUMNS:
-        out[c.replace("_ns", "_share")] = (out[c] / out["wall_ns"].where(out["wall_ns"] > 0)).fillna(0.0)
-    return out
+    """Median step per rank, with its own breakdown: :func:`~.breakdown.median_steps`."""
+    return median_steps(steps)
 
 
 __all__ = ["analyze_run", "analysis_to_json", "recommendation_to_json", "step_summary", "COLUMNS"]

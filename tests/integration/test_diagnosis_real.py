@@ -90,3 +90,27 @@ def test_invariants_on_extra_traces(tmp_path: Path, path: Path) -> None:
     startup = a.steps["startup_api_ns"] >= 0.5 * a.steps["wall_ns"]
     if len(a.steps) and startup.all():
         assert [r.id for r in a.recommendations if r.bucket != "environment"] == ["trace.startup"]
+
+
+def test_nested_pattern_ranges_make_no_zero_length_steps(tmp_path: Path) -> None:
+    src = SHARED / "critical_path_alexnet_bench.json.gz"
+    if not src.exists():
+        pytest.skip(f"{src.name} not in the shared traces")
+    from perfscope.analyzers.config import AnalysisConfig
+
+    import_kineto(src, tmp_path / "run")
+    a = analyze_run(open_run(tmp_path / "run"), AnalysisConfig(step_pattern="measure|forward"))
+    # warmup|forward and measure|forward each hold a nested range of the same name.
+    assert len(a.steps) == 2 and (a.steps["wall_ns"] > 0).all()
+    assert any("inside another matching range" in w for w in a.warnings)
+
+
+@pytest.mark.parametrize("fixture", ["straggler", "comm_heavy", "host_sync", "record"])
+def test_median_step_rows_add_up(fixture: str) -> None:
+    from perfscope.analyzers import step_summary
+    from perfscope.analyzers.result import BUCKET_COLUMNS
+
+    run = Path(__file__).resolve().parents[1] / "data" / "h200" / f"{fixture}.perfscope"
+    s = step_summary(analyze_run(open_run(run)).steps)
+    assert (s[list(BUCKET_COLUMNS)].sum(axis=1) == s["wall_ns"]).all()
+    assert (s[[c.replace("_ns", "_share") for c in BUCKET_COLUMNS]].sum(axis=1).round(9) == 1.0).all()

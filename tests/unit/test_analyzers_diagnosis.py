@@ -142,3 +142,14 @@ def test_findings_never_promise_more_than_the_step() -> None:
     assert [r.saving_ns for r in capped] == [7_000_000, 3_000_000, 0]
     assert "capped" in capped[1].message and capped[1].evidence["uncapped_saving_ns"] == 6_000_000
     assert sum(r.saving_ns for r in capped) <= c.median_step_ns
+
+
+def test_median_step_is_one_step_with_its_own_breakdown() -> None:
+    from perfscope.analyzers.breakdown import median_steps
+
+    rows = [(0, 10, 6, 4, 0), (1, 12, 2, 10, 0), (2, 11, 9, 0, 2)]  # step, wall, compute, network, host
+    df = pd.DataFrame([{"rank": 0, "step": st, "wall_ns": w, **{c: 0 for c in BUCKET_COLUMNS},
+                        "compute_ns": c, "network_ns": n, "host_ns": h} for st, w, c, n, h in rows])
+    (m,) = median_steps(df).to_dict("records")
+    # Each column's own median would be compute 6, network 4, host 0: 10, not the 11 of the median step.
+    assert m["step"] == 2 and m["wall_ns"] == 11 and m["compute_ns"] == 9 and m["host_ns"] == 2 and m["steps"] == 3
