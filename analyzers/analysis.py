@@ -67,7 +67,7 @@ COLUMNS: dict[str, list[str]] = {
     "kernels": ["rank", "start_ns", "dur_ns", "correlation", "name"],
     "memcpy": ["rank", "start_ns", "dur_ns", "correlation", "copy_kind", "bytes", "pageable"],
     "memset": ["rank", "start_ns", "dur_ns", "correlation"],
-    "sync": ["rank", "start_ns", "dur_ns", "sync_kind"],
+    "sync": ["rank", "start_ns", "dur_ns", "sync_kind", "stream", "correlation"],
     "api": ["rank", "start_ns", "dur_ns", "correlation", "name"],
     "markers": ["rank", "start_ns", "dur_ns", "name", "device"],
     "steps": ["rank", "step", "start_ns", "dur_ns", "name", "source"],
@@ -298,7 +298,7 @@ def _rank_pass(run: Any, r: int, cfg: AnalysisConfig, comm_corr: np.ndarray | No
     win = rank_windows(r, t["steps"], t["markers"], t["host"], api, gpu, out["step_warnings"],
                        step_pattern=cfg.step_pattern, extend_to_gpu=cfg.extend_steps_to_gpu)
 
-    row = summary_row(r, gpu, api, t["steps"], cfg.hta_compat, cfg.hta_compat, base_ns) if n_gpu else None
+    row = summary_row(r, gpu, api, t["steps"], cfg.hta_compat, cfg.hta_compat, base_ns, t["sync"]) if n_gpu else None
     if row is not None:
         out["summary"].append(row)
     if n_k:

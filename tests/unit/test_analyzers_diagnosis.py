@@ -153,3 +153,15 @@ def test_median_step_is_one_step_with_its_own_breakdown() -> None:
     (m,) = median_steps(df).to_dict("records")
     # Each column's own median would be compute 6, network 4, host 0: 10, not the 11 of the median step.
     assert m["step"] == 2 and m["wall_ns"] == 11 and m["compute_ns"] == 9 and m["host_ns"] == 2 and m["steps"] == 3
+
+
+def test_gpu_summary_counts_syncs_on_a_stream_as_hta_does() -> None:
+    from perfscope.analyzers.gpu_summary import summary_row
+
+    gpu = {"rank": np.array([0]), "start_ns": np.array([0]), "end_ns": np.array([10_000]), "hta_compute": np.array([True])}
+    syncs = {"start_ns": np.array([20_000, 40_000, 60_000]), "dur_ns": np.array([5_000, 5_000, 5_000]),
+             "stream": pd.array([7, 7, None], dtype="Int64"), "correlation": np.array([1, 2, 3]),
+             "sync_kind": np.array(["stream", "stream_wait_event", "context"], dtype=object)}
+    row = summary_row(0, gpu, None, None, False, False, 0, syncs)
+    # The sync without a stream is left out; the stream sync is non-compute, the wait event compute.
+    assert (row["span_ns"], row["compute_ns"], row["non_compute_ns"], row["idle_ns"]) == (45_000, 15_000, 5_000, 25_000)
