@@ -57,7 +57,7 @@ from perfscope.analyzers.kernels import LAUNCH_COLUMNS, launch_row, top_kernels
 from perfscope.analyzers.result import BUCKET_COLUMNS, Analysis, Recommendation
 from perfscope.analyzers.rules import RuleContext, evaluate_rules
 from perfscope.analyzers.steps import WINDOW_COLUMNS, rank_windows
-from perfscope.analyzers.stragglers import rank_stragglers
+from perfscope.analyzers.stragglers import rank_stragglers, reliable_matches
 from perfscope.errors import UsageError
 from perfscope.store.reader import Coded
 
@@ -440,7 +440,14 @@ def analyze_run(run: Any, config: AnalysisConfig | None = None, progress: Progre
     stragglers = rank_stragglers(coll, min_skew_ns=cfg.min_skew_ns)
 
     say("breaking steps into buckets")
-    cw = split_by_rank(coll[coll["wait_ns"] > 0]) if len(coll) else {}
+    # An unreliable point-to-point match (by order, peers unknown) says nothing about waiting.
+    reliable = reliable_matches(coll)
+    doubtful = ~reliable & (coll["matched_ranks"] > 1).to_numpy(bool) if len(coll) else reliable
+    if doubtful.any():
+        warnings.append(f"{int(doubtful.sum())} point-to-point operations (Send/Recv/SendRecv) have no sequence number "
+                        "and peer that line up across ranks: who waits for whom there is unknown (no straggler claim, "
+                        "their time stays network)")
+    cw = split_by_rank(coll[(coll["wait_ns"] > 0).to_numpy(bool) & reliable]) if len(coll) else {}
     parts = []
     for r, p in passes.items():  # ranks ascending, as breakdown() orders them
         if p.windows is None:

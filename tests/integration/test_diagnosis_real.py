@@ -114,3 +114,22 @@ def test_median_step_rows_add_up(fixture: str) -> None:
     s = step_summary(analyze_run(open_run(run)).steps)
     assert (s[list(BUCKET_COLUMNS)].sum(axis=1) == s["wall_ns"]).all()
     assert (s[[c.replace("_ns", "_share") for c in BUCKET_COLUMNS]].sum(axis=1).round(9) == 1.0).all()
+
+
+def test_sendrecv_exposed_comm_gets_no_ddp_bucket_advice(shared) -> None:
+    a = shared("trace_filter_sampled_rank-0")
+    rec = next(r for r in a.recommendations if r.id == "comm.exposed")
+    assert "bucket_cap_mb" not in rec.change and "all-to-all" in rec.message
+    assert rec.evidence["comm_share_all_to_all"] == 1.0
+
+
+def test_sendrecv_matched_by_order_makes_no_straggler_claim(tmp_path: Path) -> None:
+    files = [SHARED / f"trace_filter_sampled_rank-{r}.json.gz" for r in (0, 1)]
+    if not all(f.exists() for f in files):
+        pytest.skip("trace_filter_sampled traces absent")
+    import_kineto(files, tmp_path / "run")
+    a = analyze_run(open_run(tmp_path / "run"))
+    # Rank 1 was called a straggler from SendRecv kernels matched by order, their waits put in sync.
+    assert len(a.stragglers) == 0 and not any(r.id == "comm.straggler" for r in a.recommendations)
+    assert (a.steps["collective_wait_ns"] == 0).all()
+    assert any("point-to-point" in w and "unknown" in w for w in a.warnings)

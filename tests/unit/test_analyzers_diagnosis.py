@@ -165,3 +165,39 @@ def test_gpu_summary_counts_syncs_on_a_stream_as_hta_does() -> None:
     row = summary_row(0, gpu, None, None, False, False, 0, syncs)
     # The sync without a stream is left out; the stream sync is non-compute, the wait event compute.
     assert (row["span_ns"], row["compute_ns"], row["non_compute_ns"], row["idle_ns"]) == (45_000, 15_000, 5_000, 25_000)
+
+
+# ----------------------------------------------------------------------------- communication
+def comm_kernels(*names_ns: tuple[str, int]) -> pd.DataFrame:
+    return pd.DataFrame({"rank": 0, "name": [n for n, _ in names_ns], "kind": "communication",
+                         "total_ns": [v for _, v in names_ns]})
+
+
+def test_comm_advice_follows_the_collective_type() -> None:
+    s = steps(compute=5_000_000, network=5_000_000)
+    fsdp = comm_kernels(("ncclDevKernel_AllGather_RING_LL(x)", 6), ("ncclDevKernel_ReduceScatter_Sum_f32_RING_LL(x)", 4))
+    (r,) = evaluate_rules(ctx(s, kernels=fsdp))
+    assert "backward_prefetch" in r.change and "bucket_cap_mb" not in r.change
+    (r,) = evaluate_rules(ctx(s, kernels=comm_kernels(("ncclKernel_Broadcast_RING_LL_Sum_int8_t", 9))))
+    assert "broadcast_buffers=False" in r.change
+    mixed = comm_kernels(("ncclKernel_AllReduce_RING_LL_Sum_float", 4), ("ncclKernel_SendRecv_RING_SIMPLE", 6))
+    (r,) = evaluate_rules(ctx(s, kernels=mixed))
+    assert "bucket_cap_mb" not in r.change  # all-reduce is 40 %: no DDP bucket advice
+    coll = pd.DataFrame({"rank": [0, 0], "func": ["AllReduce", "AllToAll"], "dur_ns": [8, 2], "bytes": [1, 1], "busbw_gbps": [None, None]})
+    (r,) = evaluate_rules(ctx(s, collectives=coll, kernels=mixed))
+    assert "bucket_cap_mb" in r.change and r.evidence["comm_share_all_reduce"] == 0.8
+
+
+def test_point_to_point_counts_only_where_sequence_and_peer_line_up() -> None:
+    from perfscope.analyzers.stragglers import rank_stragglers, reliable_matches
+
+    base = {"rank": [0, 1, 0, 1], "func": ["SendRecv"] * 2 + ["AllReduce"] * 2, "match_key": [0, 0, 1, 1],
+            "matched_ranks": [2] * 4, "arrival_skew_ns": [0, 50, 0, 50], "wait_ns": [50, 0, 50, 0], "last_rank": [1] * 4}
+    by_order = pd.DataFrame({**base, "seq": [None, None, 3, 3]})
+    assert reliable_matches(by_order).tolist() == [False, False, True, True]
+    lined_up = pd.DataFrame({**base, "seq": [0, 0, 3, 3], "peer": [1, 0, None, None]})
+    assert reliable_matches(lined_up).tolist() == [True, True, True, True]
+    other_peer = pd.DataFrame({**base, "seq": [0, 0, 3, 3], "peer": [2, 3, None, None]})
+    assert reliable_matches(other_peer).tolist() == [False, False, True, True]
+    st = rank_stragglers(by_order).set_index("rank")
+    assert st.loc[1, "ops"] == 1 and st.loc[1, "last_count"] == 1  # only the all-reduce votes
