@@ -45,7 +45,7 @@ try:
 except ImportError:  # another pyarrow layout: they are imported on first use instead
     pass
 
-from perfscope.analyzers.api_calls import blocking_calls, startup_calls
+from perfscope.analyzers.api_calls import blocking_calls, blocking_sites, startup_calls
 from perfscope.analyzers.breakdown import EMPTY, breakdown, bucket_columns, median_steps, post_sync_idle_columns
 from perfscope.analyzers.classify import COMMUNICATION, MEMORY, codes_and_names, copy_is_pcie, hta_is_computation, kernel_kind, name_matches, name_values
 from perfscope.analyzers.collectives import analyze_collectives, collectives_from_kernels
@@ -321,6 +321,8 @@ def _rank_pass(run: Any, r: int, cfg: AnalysisConfig, comm_corr: np.ndarray | No
         h_dl = (h_kind == "dataloader_wait") | name_matches(host["name"], DATALOADER_NAME_RE)
         h_sync = np.isin(h_kind, HOST_SYNC_KINDS)
     a_sync = blocking_calls(api, t["memcpy"]) if n_api else None
+    if a_sync is not None and a_sync.any():
+        out["sync_sites"].append(blocking_sites(r, api, a_sync, markers))
     m_dl = name_matches(markers["name"], DATALOADER_NAME_RE) if n_rows(markers) else None
     glayer = gpu["layer"]
     g = gpu if n_gpu else None
@@ -403,7 +405,7 @@ def analyze_run(run: Any, config: AnalysisConfig | None = None, progress: Progre
     comm_names = set(codes_and_names(coll_raw["kernel_name"])[1]) - {""} if coll_raw is not None else None
 
     names, copy_kinds = _GlobalCodes(), _GlobalCodes()
-    out: dict[str, list] = {k: [] for k in ("step_warnings", "summary", "kernels", "launch", "comm_kernels", "copies")}
+    out: dict[str, list] = {k: [] for k in ("step_warnings", "summary", "kernels", "launch", "comm_kernels", "copies", "sync_sites")}
     passes: dict[int, _RankPass] = {}
     has_meta = hasattr(run, "rank_meta")
     for i, r in enumerate(ranks):
@@ -478,7 +480,7 @@ def analyze_run(run: Any, config: AnalysisConfig | None = None, progress: Progre
     ctx = RuleContext(
         steps=steps, gpu_summary=summary, kernels=kern, launch=launch, collectives=coll,
         stragglers=stragglers, copies=copies, meta=meta, world_size=world_size or len(all_ranks),
-        thresholds=dict(cfg.rule_thresholds),
+        thresholds=dict(cfg.rule_thresholds), sync_sites=_concat(out["sync_sites"]) if out["sync_sites"] else None,
     )
     recs = evaluate_rules(ctx)
     return Analysis(

@@ -62,6 +62,7 @@ class RuleContext:
     Attributes:
         steps: the breakdown (``Analysis.steps``).
         gpu_summary, kernels, launch, collectives, stragglers, copies: the other tables.
+        sync_sites: the blocking API calls per (rank, call, site) (:func:`~.api_calls.blocking_sites`), or None.
         meta: run metadata (``environment``, ``ranks``...).
         world_size: ranks in the job.
         thresholds: overrides of :data:`DEFAULT_THRESHOLDS`.
@@ -78,6 +79,7 @@ class RuleContext:
     world_size: int = 1
     thresholds: dict[str, float] = field(default_factory=dict)
     cache: dict[str, Any] = field(default_factory=dict)  # values several rules share
+    sync_sites: pd.DataFrame | None = None  # blocking calls by (call, site): api_calls.blocking_sites
 
     @property
     def hw(self) -> HardwareContext:
@@ -283,17 +285,36 @@ def sync_rule(ctx: RuleContext) -> Recommendation | None:
     share = ctx.share(med)
     if share < ctx.th("sync_share") or calls <= 0:
         return None
+    sites = _top_sync_sites(ctx)
+    where = ("; the longest: " + ", ".join(f"{x['call']}" + (f" in {x['site']!r}" if x["site"] else "") + f" ({_ms(x['ns_per_step'])}/step)"
+                                          for x in sites)) if sites else ""
     return _rec(
         ctx, "sync.host", "sync", "The host synchronises with the GPU every step",
-        f"The host blocks on the GPU {calls:g} time(s) per step; waiting plus the GPU idle time after each "
+        f"The host blocks on the GPU {calls:g} time(s) per step{where}; waiting plus the GPU idle time after each "
         f"synchronisation cost {_pct(share)} of the step ({_ms(med)}). Avoid excessive use of synchronization: "
         "remove .item(), .cpu(), print(loss) and torch.cuda.synchronize() from the step (log every N steps, "
         "keep running sums on the GPU), and use events (cudaStreamWaitEvent) instead of host syncs.",
-        {"sync_calls_per_step": calls, "sync_cost_ns_median": med,
+        {"sync_calls_per_step": calls, "sync_cost_ns_median": med, **({"blocking_calls": sites} if sites else {}),
          "post_sync_idle_ns_median": ctx.median("post_sync_idle_ns"), "sync_ns_median": ctx.median("sync_ns")},
         med,
         "loss_sum += loss.detach()  # and call loss_sum.item() every N steps; drop torch.cuda.synchronize() in the loop",
     )
+
+
+def _top_sync_sites(ctx: RuleContext, top: int = 3) -> list[dict[str, Any]]:
+    """The blocking calls that take the most host time, per step of their rank: ``call``,
+    ``site`` (the enclosing marker, "" when none), ``calls_per_step`` and ``ns_per_step``."""
+    t = ctx.sync_sites
+    if t is None or len(t) == 0:
+        return []
+    n_steps = ctx.steps_per_rank()
+    per = n_steps.reindex(t["rank"]).fillna(1).clip(lower=1).to_numpy(float)
+    g = pd.DataFrame({"call": t["call"], "site": t["site"], "calls": t["calls"] / per, "ns": t["total_ns"] / per})
+    g = g.groupby(["call", "site"], sort=True)[["calls", "ns"]].mean().reset_index()
+    g = g.sort_values(["ns", "call", "site"], ascending=[False, True, True], kind="stable").head(top)
+    g = g[g["ns"] >= 0.05 * g["ns"].max()]  # the calls that matter, not every stray one
+    return [{"call": str(r.call), "site": str(r.site), "calls_per_step": round(float(r.calls), 2), "ns_per_step": int(r.ns)}
+            for r in g.itertuples()]
 
 
 # ----------------------------------------------------------------------------- launch

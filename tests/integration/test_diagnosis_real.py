@@ -133,3 +133,20 @@ def test_sendrecv_matched_by_order_makes_no_straggler_claim(tmp_path: Path) -> N
     assert len(a.stragglers) == 0 and not any(r.id == "comm.straggler" for r in a.recommendations)
     assert (a.steps["collective_wait_ns"] == 0).all()
     assert any("point-to-point" in w and "unknown" in w for w in a.warnings)
+
+
+def test_blocking_copies_are_reported_with_their_call_site(tmp_path: Path) -> None:
+    src = SHARED / "trace_filter_sampled_rank-0.json.gz"
+    if not src.exists():
+        pytest.skip(f"{src.name} not in the shared traces")
+    from perfscope.analyzers.api_calls import blocking_calls, blocking_sites
+    from perfscope.analyzers.columns import columns
+
+    import_kineto(src, tmp_path / "run")
+    run = open_run(tmp_path / "run")
+    api, memcpy, markers = (columns(run.table(t)) for t in ("api", "memcpy", "markers"))
+    sites = blocking_sites(0, api, blocking_calls(api, memcpy), markers).set_index("site")
+    # The pageable device-to-host copies sit in TorchRec's all-to-all wait and split preprocessing.
+    assert sites.loc["## KJTAllToAllTensorsAwaitable wait() ##", "calls"] == 1
+    assert sites.loc["## sdd_preprocess_splits ##", "calls"] == 7
+    assert set(sites["call"]) == {"cudaMemcpyAsync"}

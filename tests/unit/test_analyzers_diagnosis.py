@@ -201,3 +201,48 @@ def test_point_to_point_counts_only_where_sequence_and_peer_line_up() -> None:
     assert reliable_matches(other_peer).tolist() == [False, False, True, True]
     st = rank_stragglers(by_order).set_index("rank")
     assert st.loc[1, "ops"] == 1 and st.loc[1, "last_count"] == 1  # only the all-reduce votes
+
+
+def test_sync_rule_names_the_blocking_calls_and_their_site() -> None:
+    s = steps(compute=8_000_000, sync=2_000_000)
+    s["sync_calls"] = 3
+    sites = pd.DataFrame({"rank": [0, 0], "call": ["cudaMemcpyAsync", "cudaStreamSynchronize"],
+                          "site": ["## loss logging ##", ""], "calls": [6, 2], "total_ns": [3_000_000, 1_000_000]})
+    (r,) = evaluate_rules(ctx(s, sync_sites=sites))
+    assert r.id == "sync.host" and "cudaMemcpyAsync in '## loss logging ##'" in r.message
+    assert r.evidence["blocking_calls"][0] == {"call": "cudaMemcpyAsync", "site": "## loss logging ##", "calls_per_step": 3.0,
+                                               "ns_per_step": 1_500_000}
+
+
+class _FakeRun:
+    """A one-rank run from hand-made tables (``table`` only, as analyze_run reads a run without ``arrays``)."""
+
+    def __init__(self, tables: dict[str, dict]) -> None:
+        self.tables, self.ranks, self.meta = tables, [0], {"world_size": 1, "status": "complete"}
+
+    def table(self, name: str, ranks=None, columns=None) -> pd.DataFrame:  # noqa: ANN001
+        from perfscope.analyzers.analysis import COLUMNS
+
+        cols = list(columns or COLUMNS[name])
+        t = self.tables.get(name, {})
+        n = len(next(iter(t.values()))) if t else 0
+        return pd.DataFrame({c: t.get(c, [0] * n if c == "rank" else [None] * n) for c in cols})
+
+
+def test_pageable_device_to_host_copy_blocking_the_host_is_sync_not_host() -> None:
+    from perfscope.analyzers import analyze_run
+
+    ms = 1_000_000
+    run = _FakeRun({
+        "steps": {"rank": [0], "step": [1], "start_ns": [0], "dur_ns": [200 * ms], "name": ["ProfilerStep#1"], "source": ["profiler_step"]},
+        "kernels": {"rank": [0, 0], "start_ns": [0, 170 * ms], "dur_ns": [20 * ms, 30 * ms], "correlation": [1, 2], "name": ["gemm", "gemm"]},
+        "api": {"rank": [0, 0, 0], "start_ns": [0, 20 * ms, 168 * ms], "dur_ns": [10_000, 147 * ms, 10_000], "correlation": [1, 5, 2],
+                "name": ["cudaLaunchKernel", "cudaMemcpyAsync", "cudaLaunchKernel"]},
+        "memcpy": {"rank": [0], "start_ns": [166 * ms], "dur_ns": [1 * ms], "correlation": [5], "copy_kind": ["D2H"], "bytes": [4], "pageable": [True]},
+    })
+    a = analyze_run(run)
+    (step,) = a.steps.to_dict("records")
+    # The host blocks in the copy call from 20 ms to 167 ms; the GPU idles from 20 to 166 ms waiting on it.
+    assert step["sync_ns"] == 146 * ms and step["pcie_ns"] == 1 * ms and step["host_ns"] == 3 * ms
+    assert [r.id for r in a.recommendations][0] == "sync.host"
+    assert not any(r.id == "host.overhead" for r in a.recommendations)
