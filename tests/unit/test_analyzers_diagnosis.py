@@ -246,3 +246,13 @@ def test_pageable_device_to_host_copy_blocking_the_host_is_sync_not_host() -> No
     assert step["sync_ns"] == 146 * ms and step["pcie_ns"] == 1 * ms and step["host_ns"] == 3 * ms
     assert [r.id for r in a.recommendations][0] == "sync.host"
     assert not any(r.id == "host.overhead" for r in a.recommendations)
+
+
+def test_docs_list_every_rule_and_finding() -> None:
+    from pathlib import Path
+
+    from perfscope.analyzers.rules import RULES
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "analysis.md").read_text()
+    for rid in [r.id for r in RULES] + ["trace.cpu_only", "trace.no_gpu_records", "trace.startup"]:
+        assert f"| `{rid}` |" in doc, rid
