@@ -44,6 +44,7 @@ SIZE_TIMES_N = frozenset({"AllGather", "ReduceScatter"})
 COLUMNS: tuple[str, ...] = (
     "rank", "comm_id", "seq", "func", "bytes", "nranks", "start_ns", "dur_ns", "transfer_ns",
     "algbw_gbps", "busbw_gbps", "arrival_ns", "arrival_skew_ns", "wait_ns", "matched_ranks", "last_rank", "match_key",
+    "peer",
 )
 
 
@@ -97,7 +98,7 @@ def analyze_collectives(coll: pd.DataFrame, world_size: int | None = None, clock
     if coll is None or len(coll) == 0:
         return _empty().copy()  # a copy costs a tenth of building the frame (most runs have no collectives)
     df = coll.copy().reset_index(drop=True)
-    for c in ("enqueue_ns", "comm_id", "seq", "func", "bytes", "nranks"):
+    for c in ("enqueue_ns", "comm_id", "seq", "func", "bytes", "nranks", "peer"):
         if c not in df.columns:
             df[c] = pd.NA
     df["func"] = normalize_func(df["func"]).to_numpy()
@@ -181,6 +182,7 @@ def analyze_collectives(coll: pd.DataFrame, world_size: int | None = None, clock
     df["busbw_gbps"] = algbw * bus_factor(df["func"], n)
     df["bytes"] = pd.to_numeric(df["bytes"], errors="coerce").astype("Int64")
     df["seq"] = pd.to_numeric(df["seq"], errors="coerce").astype("Int64")
+    df["peer"] = pd.to_numeric(df["peer"], errors="coerce").astype("Int64")  # point-to-point matches are checked on it
     return df[list(COLUMNS)].reset_index(drop=True)  # already in (rank, start_ns) order: ``perm``
 
 

@@ -150,3 +150,13 @@ def test_blocking_copies_are_reported_with_their_call_site(tmp_path: Path) -> No
     assert sites.loc["## KJTAllToAllTensorsAwaitable wait() ##", "calls"] == 1
     assert sites.loc["## sdd_preprocess_splits ##", "calls"] == 7
     assert set(sites["call"]) == {"cudaMemcpyAsync"}
+
+
+def test_recorded_point_to_point_with_sequence_and_peer_still_counts() -> None:
+    run = Path(__file__).resolve().parents[1] / "data" / "h200" / "nccl_record_2rank.perfscope"
+    a = analyze_run(open_run(run))
+    p2p = a.collectives[a.collectives["func"].isin(["Send", "Recv"])]
+    assert len(p2p) and p2p["peer"].notna().all()
+    # The NCCL plugin numbers Send/Recv per peer: their matches are kept (25 ops = 19 collectives + 6 exchanges).
+    assert int(a.stragglers.set_index("rank").loc[1, "ops"]) == 25
+    assert not any("point-to-point" in w for w in a.warnings)
