@@ -47,10 +47,14 @@ def reliable_matches(coll: pd.DataFrame) -> np.ndarray:
     ok = ~p2p
     if "peer" in coll.columns and "seq" in coll.columns:
         seq_known = coll["seq"].notna().to_numpy(bool)
-        peer = pd.to_numeric(coll["peer"], errors="coerce")
-        ranks_of = coll.groupby("match_key")["rank"].agg(frozenset)
-        members = coll["match_key"].map(ranks_of)
-        peer_in = np.array([pd.notna(pe) and int(pe) in m for pe, m in zip(peer, members)], dtype=bool)
+        peer = pd.to_numeric(coll["peer"], errors="coerce").to_numpy(dtype="float64", na_value=np.nan)
+        key, rank = coll["match_key"].to_numpy(np.int64), coll["rank"].to_numpy(np.int64)
+        # (operation, rank) pairs; the peer must be one of the operation's ranks.
+        width = int(max(rank.max(initial=0), np.nanmax(peer, initial=0))) + 1
+        members = key * width + rank
+        has_peer = ~np.isnan(peer) & (np.nan_to_num(peer, nan=-1) >= 0)
+        peer_in = np.zeros(len(coll), dtype=bool)
+        peer_in[has_peer] = np.isin(key[has_peer] * width + peer[has_peer].astype(np.int64), members)
         ok |= p2p & seq_known & peer_in
     return ok
 
