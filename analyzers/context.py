@@ -4,7 +4,8 @@ Read from the run's metadata only (no tables): a recorded run's ``ranks[i]`` ent
 with ``name``, ``capability``, ``total_memory_bytes``; ``versions`` with ``torch``, ``cuda``,
 ``nccl``) and its environment snapshot (``environment.facts.cpu.count``,
 ``environment.facts.gpus.devices``); an imported Kineto trace's ``ranks[i].gpu`` (which the
-importer fills from ``deviceProperties``: ``name``, ``compute_capability``, ``memory_bytes``)
+importer fills from ``deviceProperties``: ``name``, ``compute_capability``, ``memory_bytes``;
+or its ``devices``, the raw ``deviceProperties``, when the importer could not tell the rank's device)
 and ``ranks[i].distributed_info`` (``backend``, ``world_size``, ``nccl_version``).
 
 Every field is ``None`` when the run does not say: a rule then keeps its general advice and
@@ -84,6 +85,19 @@ def _first(*values: Any) -> Any:
     return next((v for v in values if v not in (None, "", {})), None)
 
 
+def _kineto_device(ranks: list[dict[str, Any]]) -> dict[str, Any]:
+    """The GPU of an imported trace whose rank's device the importer could not tell (no GPU
+    events to say which): its ``devices`` (Kineto ``deviceProperties``) when they are all one
+    model, in the ``gpu`` entry's keys; {} otherwise."""
+    devs = next((r["devices"] for r in ranks if isinstance(r.get("devices"), list) and r["devices"]), [])
+    devs = [d for d in devs if isinstance(d, dict)]
+    if not devs or len({(d.get("name"), d.get("computeMajor"), d.get("computeMinor")) for d in devs}) != 1:
+        return {}
+    d = devs[0]
+    cc = f"{d['computeMajor']}.{d.get('computeMinor', 0)}" if d.get("computeMajor") is not None else None
+    return {k: v for k, v in {"name": d.get("name"), "compute_capability": cc, "memory_bytes": d.get("totalGlobalMem")}.items() if v is not None}
+
+
 def hardware_context(meta: dict[str, Any]) -> HardwareContext:
     """The :class:`HardwareContext` of a run from its metadata (``run.meta``: run.json with
     its ``ranks`` entries), taking the first rank entry that names a GPU."""
@@ -93,7 +107,7 @@ def hardware_context(meta: dict[str, Any]) -> HardwareContext:
     gpus = facts.get("gpus") if isinstance(facts.get("gpus"), dict) else {}
     devices = [d for d in gpus.get("devices") or [] if isinstance(d, dict)]
     gpu = next((r["gpu"] for r in ranks if isinstance(r.get("gpu"), dict) and r["gpu"]), None) or \
-        (devices[0] if devices else {})
+        _kineto_device(ranks) or (devices[0] if devices else {})
     versions = next((r["versions"] for r in ranks if isinstance(r.get("versions"), dict) and r["versions"]), {})
     dist = next((r["distributed_info"] for r in ranks if isinstance(r.get("distributed_info"), dict)), {})
     present: bool | None = True if gpu else None

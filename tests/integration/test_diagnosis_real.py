@@ -160,3 +160,37 @@ def test_recorded_point_to_point_with_sequence_and_peer_still_counts() -> None:
     # The NCCL plugin numbers Send/Recv per peer: their matches are kept (25 ops = 19 collectives + 6 exchanges).
     assert int(a.stragglers.set_index("rank").loc[1, "ops"]) == 25
     assert not any("point-to-point" in w for w in a.warnings)
+
+
+def _stripped(tmp_path: Path, drop_device: bool) -> Path:
+    """ns_resolution_trace_rank-0 without its GPU activity records (as CUPTI range-profiler
+    mode leaves a trace), and for a CPU-only run also without its devices and CUDA calls."""
+    import gzip
+    import json
+
+    src = SHARED / "ns_resolution_trace_rank-0.json.gz"
+    if not src.exists():
+        pytest.skip(f"{src.name} not in the shared traces")
+    doc = json.loads(gzip.open(src).read())
+    gpu_cats = {"kernel", "gpu_memcpy", "gpu_memset", "cuda_sync", "gpu_user_annotation"}
+    if drop_device:
+        gpu_cats |= {"cuda_runtime", "cuda_driver", "ac2g"}
+        doc.pop("deviceProperties", None)
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if e.get("cat") not in gpu_cats]
+    out = tmp_path / "stripped.json"
+    out.write_text(json.dumps(doc))
+    import_kineto(out, tmp_path / "run")
+    return tmp_path / "run"
+
+
+def test_no_gpu_activity_records_is_not_gpu_idle(tmp_path: Path) -> None:
+    a = analyze_run(open_run(_stripped(tmp_path, drop_device=False)))
+    assert [r.id for r in a.recommendations] == ["trace.no_gpu_records"]
+    assert a.recommendations[0].saving_ns == 0 and "V100" in a.recommendations[0].message
+    _check_invariants(a)
+
+
+def test_cpu_only_run_gets_no_gpu_advice(tmp_path: Path) -> None:
+    a = analyze_run(open_run(_stripped(tmp_path, drop_device=True)))
+    assert [r.id for r in a.recommendations] == ["trace.cpu_only"]
+    assert "GPU is idle" not in a.recommendations[0].message and a.recommendations[0].saving_ns == 0

@@ -55,6 +55,12 @@ def test_context_from_recorded_and_imported_metadata() -> None:
     unknown = hardware_context({})
     assert unknown.compute_capability is None and unknown.cc_at_least(8) is None and unknown.cpus_per_rank() is None
     assert hardware_context({"environment": {"facts": {"gpus": {"available": False}}}}).gpu_present is False
+    # An imported trace without GPU events: the importer keeps deviceProperties as "devices" only.
+    devices = [{"id": i, "name": "Tesla V100-SXM2-32GB", "computeMajor": 7, "computeMinor": 0, "totalGlobalMem": 5} for i in range(2)]
+    hw = hardware_context({"ranks": [{"rank": 0, "gpu": {}, "devices": devices}]})
+    assert hw.compute_capability == (7, 0) and hw.gpu_present is True and hw.gpu_memory_bytes == 5
+    mixed = [devices[0], {**devices[1], "name": "A100", "computeMajor": 8}]
+    assert hardware_context({"ranks": [{"rank": 0, "gpu": {}, "devices": mixed}]}).gpu_present is None
 
 
 def test_compute_advice_fits_the_compute_capability() -> None:
