@@ -44,18 +44,19 @@ try:
 except ImportError:  # another pyarrow layout: they are imported on first use instead
     pass
 
-from perfscope.analyzers.breakdown import EMPTY, breakdown, bucket_columns, post_sync_idle_columns
+from perfscope.analyzers.api_calls import blocking_calls, blocking_sites, startup_calls
+from perfscope.analyzers.breakdown import EMPTY, breakdown, bucket_columns, median_steps, post_sync_idle_columns
 from perfscope.analyzers.classify import COMMUNICATION, MEMORY, codes_and_names, copy_is_pcie, hta_is_computation, kernel_kind, name_matches, name_values
 from perfscope.analyzers.collectives import analyze_collectives, collectives_from_kernels
 from perfscope.analyzers.columns import Columns, bools, columns, is_null, n_rows, take
 from perfscope.analyzers.config import AnalysisConfig
 from perfscope.analyzers.gpu_summary import summary_frame, summary_row
-from perfscope.analyzers.intervals import I64, KeyIndex, as_i64, as_key, filled_i64, merge, split_by_rank
+from perfscope.analyzers.intervals import I64, KeyIndex, as_i64, as_key, covered_ns, filled_i64, merge, split_by_rank
 from perfscope.analyzers.kernels import LAUNCH_COLUMNS, launch_row, top_kernels
-from perfscope.analyzers.result import BUCKET_COLUMNS, Analysis
+from perfscope.analyzers.result import Analysis
 from perfscope.analyzers.rules import RuleContext, evaluate_rules
 from perfscope.analyzers.steps import WINDOW_COLUMNS, rank_windows
-from perfscope.analyzers.stragglers import rank_stragglers
+from perfscope.analyzers.stragglers import rank_stragglers, reliable_matches
 from perfscope.errors import UsageError
 from perfscope.store.reader import Coded
 
@@ -65,15 +66,14 @@ COLUMNS: dict[str, list[str]] = {
     "kernels": ["rank", "start_ns", "dur_ns", "correlation", "name"],
     "memcpy": ["rank", "start_ns", "dur_ns", "correlation", "copy_kind", "bytes", "pageable"],
     "memset": ["rank", "start_ns", "dur_ns", "correlation"],
-    "sync": ["rank", "start_ns", "dur_ns", "sync_kind"],
+    "sync": ["rank", "start_ns", "dur_ns", "sync_kind", "stream", "correlation"],
     "api": ["rank", "start_ns", "dur_ns", "correlation", "name"],
     "markers": ["rank", "start_ns", "dur_ns", "name", "device"],
     "steps": ["rank", "step", "start_ns", "dur_ns", "name", "source"],
     "host": ["rank", "start_ns", "dur_ns", "kind", "name"],
-    "collectives": ["rank", "start_ns", "dur_ns", "enqueue_ns", "comm_id", "seq", "func", "bytes", "nranks", "correlation", "kernel_name"],
+    "collectives": ["rank", "start_ns", "dur_ns", "enqueue_ns", "comm_id", "seq", "func", "bytes", "nranks", "correlation", "kernel_name", "peer"],
 }
 HOST_SYNC_KINDS = ("barrier", "collective_wait", "sync_wait")
-SYNC_API_RE = re.compile(r"(?i)synchronize")
 DATALOADER_NAME_RE = re.compile(r"enumerate\((?:DataLoader|DataPipe)\)#.*__next__")
 PCIE_MEMORY_KERNEL_RE = re.compile(r"(?i)HtoD|DtoH|HtoH|PtoP|H2D|D2H")
 _PCIE_WORDS = ("htod", "dtoh", "htoh", "ptop", "h2d", "d2h")
@@ -297,7 +297,7 @@ def _rank_pass(run: Any, r: int, cfg: AnalysisConfig, comm_corr: np.ndarray | No
     win = rank_windows(r, t["steps"], t["markers"], t["host"], api, gpu, out["step_warnings"],
                        step_pattern=cfg.step_pattern, extend_to_gpu=cfg.extend_steps_to_gpu)
 
-    row = summary_row(r, gpu, api, t["steps"], cfg.hta_compat, cfg.hta_compat, base_ns) if n_gpu else None
+    row = summary_row(r, gpu, api, t["steps"], cfg.hta_compat, cfg.hta_compat, base_ns, t["sync"]) if n_gpu else None
     if row is not None:
         out["summary"].append(row)
     if n_k:
@@ -319,7 +319,9 @@ def _rank_pass(run: Any, r: int, cfg: AnalysisConfig, comm_corr: np.ndarray | No
         h_kind = name_values(host["kind"])
         h_dl = (h_kind == "dataloader_wait") | name_matches(host["name"], DATALOADER_NAME_RE)
         h_sync = np.isin(h_kind, HOST_SYNC_KINDS)
-    a_sync = name_matches(api["name"], SYNC_API_RE) if n_api else None
+    a_sync = blocking_calls(api, t["memcpy"]) if n_api else None
+    if a_sync is not None and a_sync.any():
+        out["sync_sites"].append(blocking_sites(r, api, a_sync, markers))
     m_dl = name_matches(markers["name"], DATALOADER_NAME_RE) if n_rows(markers) else None
     glayer = gpu["layer"]
     g = gpu if n_gpu else None
@@ -330,6 +332,7 @@ def _rank_pass(run: Any, r: int, cfg: AnalysisConfig, comm_corr: np.ndarray | No
         "pcie": merge(*_ivs(g, glayer == LAYER_PCIE, "end_ns")),
         "host_sync": _cat([_ivs(t["sync"]), _ivs(host, h_sync), _ivs(api, a_sync)]),
         "dataloader": _cat([_ivs(host, h_dl), _ivs(markers, m_dl)]),
+        "startup": merge(*_ivs(api, startup_calls(api) if n_api else None)),  # not a sweep layer: startup_api_ns
     }
     return _RankPass(windows=win, layers=layers)
 
@@ -345,7 +348,8 @@ def _steps_rows(w: dict[str, np.ndarray], layers: dict[str, tuple[np.ndarray, np
     busy = merge(*_cat([layers["compute"], layers["comm"], layers["pcie"]]))
     # One sync is often seen twice (CUPTI's sync record and the runtime call): merge.
     calls, idle = post_sync_idle_columns(ws, we, busy, merge(*layers["host_sync"]))
-    return pd.DataFrame({**w, **bucket_columns(ws, we, layers), "sync_calls": calls, "post_sync_idle_ns": idle})
+    return pd.DataFrame({**w, **bucket_columns(ws, we, layers), "sync_calls": calls, "post_sync_idle_ns": idle,
+                         "startup_api_ns": covered_ns(ws, we, *layers.get("startup", EMPTY))})
 
 
 def analyze_run(run: Any, config: AnalysisConfig | None = None, progress: Progress | None = None) -> Analysis:
@@ -381,7 +385,8 @@ def analyze_run(run: Any, config: AnalysisConfig | None = None, progress: Progre
     warnings.extend(getattr(run, "integrity_warnings", ()))  # store checks that did not stop reading
     coll_raw = _read_collectives(run, ranks)
     names, copy_kinds = _GlobalCodes(), _GlobalCodes()
-    out: dict[str, list] = {k: [] for k in ("step_warnings", "summary", "kernels", "launch", "comm_kernels", "copies")}
+    out: dict[str, list] = {k: [] for k in ("step_warnings", "summary", "kernels", "launch", "comm_kernels", "copies",
+                                            "sync_sites")}
     passes = _rank_passes(run, ranks, cfg, coll_raw, names, copy_kinds, out, say)
     warnings.extend(out["step_warnings"])
     if all(p.windows is None for p in passes.values()):
@@ -393,7 +398,7 @@ def analyze_run(run: Any, config: AnalysisConfig | None = None, progress: Progre
     stragglers = rank_stragglers(coll, min_skew_ns=cfg.min_skew_ns)
 
     say("breaking steps into buckets")
-    steps = _bucket_steps(passes, coll)
+    steps = _bucket_steps(passes, coll, warnings)
 
     say("summarising GPU time")
     summary = summary_frame(out["summary"])
@@ -405,7 +410,7 @@ def analyze_run(run: Any, config: AnalysisConfig | None = None, progress: Progre
     ctx = RuleContext(
         steps=steps, gpu_summary=summary, kernels=kern, launch=launch, collectives=coll,
         stragglers=stragglers, copies=copies, meta=meta, world_size=world_size or len(all_ranks),
-        thresholds=dict(cfg.rule_thresholds),
+        thresholds=dict(cfg.rule_thresholds), sync_sites=_concat(out["sync_sites"]) if out["sync_sites"] else None,
     )
     recs = evaluate_rules(ctx)
     return Analysis(
@@ -490,10 +495,18 @@ def _match_collectives(coll_raw: pd.DataFrame | None, comm_kernels: list, names:
     return analyze_collectives(coll_src, world_size=world_size, clock=clock)
 
 
-def _bucket_steps(passes: dict[int, _RankPass], coll: pd.DataFrame) -> pd.DataFrame:
+def _bucket_steps(passes: dict[int, _RankPass], coll: pd.DataFrame, warnings: list[str]) -> pd.DataFrame:
     """``Analysis.steps``: every rank's windows swept into the buckets, with the rank's
-    exposed collective waits (``wait_ns``) as its ``comm_wait`` layer."""
-    cw = split_by_rank(coll[coll["wait_ns"] > 0]) if len(coll) else {}
+    exposed collective waits (``wait_ns``) as its ``comm_wait`` layer; waits of
+    point-to-point matches that cannot be trusted are left out (a note in ``warnings``)."""
+    # An unreliable point-to-point match (by order, peers unknown) says nothing about waiting.
+    reliable = reliable_matches(coll)
+    doubtful = ~reliable & (coll["matched_ranks"] > 1).to_numpy(bool) if len(coll) else reliable
+    if doubtful.any():
+        warnings.append(f"{int(doubtful.sum())} point-to-point operations (Send/Recv/SendRecv) have no sequence number "
+                        "and peer that line up across ranks: who waits for whom there is unknown (no straggler claim, "
+                        "their time stays network)")
+    cw = split_by_rank(coll[(coll["wait_ns"] > 0).to_numpy(bool) & reliable]) if len(coll) else {}
     parts = []
     for r, p in passes.items():  # ranks ascending, as breakdown() orders them
         if p.windows is None:
@@ -509,8 +522,8 @@ def _bucket_steps(passes: dict[int, _RankPass], coll: pd.DataFrame) -> pd.DataFr
     from perfscope.analyzers.steps import _empty
 
     steps = breakdown(_empty()[list(WINDOW_COLUMNS)], {})
-    steps["sync_calls"] = pd.Series(dtype="int64")
-    steps["post_sync_idle_ns"] = pd.Series(dtype="int64")
+    for col in ("sync_calls", "post_sync_idle_ns", "startup_api_ns"):
+        steps[col] = pd.Series(dtype="int64")
     return steps
 
 
@@ -556,18 +569,8 @@ def _copy_summary(memcpy: pd.DataFrame | Columns, copy_kind: Any = None) -> pd.D
 
 
 def step_summary(steps: pd.DataFrame) -> pd.DataFrame:
-    """Median step per rank: ``rank``, ``steps``, ``wall_ns`` and the six bucket columns
-    (medians over the rank's steps, int ns), plus ``*_share`` of the median wall time."""
-    cols = ["wall_ns", *BUCKET_COLUMNS]
-    if steps is None or len(steps) == 0:
-        return pd.DataFrame(columns=["rank", "steps", *cols])
-    g = steps.groupby("rank", sort=True)
-    out = g[cols].median().round().astype("int64")
-    out.insert(0, "steps", g.size().astype("int64"))
-    out = out.reset_index()
-    for c in BUCKET_COLUMNS:
-        out[c.replace("_ns", "_share")] = (out[c] / out["wall_ns"].where(out["wall_ns"] > 0)).fillna(0.0)
-    return out
+    """Median step per rank, with its own breakdown: :func:`~.breakdown.median_steps`."""
+    return median_steps(steps)
 
 
 __all__ = ["analyze_run", "step_summary", "COLUMNS"]
