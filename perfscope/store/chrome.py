@@ -9,14 +9,21 @@ Perfetto and HTA read it:
   the run), so a double holds them to the nanosecond;
 * per rank, one **GPU process** per device (``rank R GPU D``) with one lane per stream for
   kernels, memcpy and memset (``tid`` = stream id, as Kineto), plus lanes for
-  synchronisation, GPU annotations and NCCL collectives;
+  synchronisation, GPU annotations, NCCL collectives and one lane per NCCL channel (the
+  profiler plugin's per-channel kernel timing, ``nccl_channels``);
 * per rank, one **host process** per host pid (``rank R host``) with lanes for steps
-  (``ProfilerStep#N``), markers, CUDA API calls (on the calling thread's id) and host spans;
+  (``ProfilerStep#N``), markers, CUDA API calls (on the calling thread's id), host spans
+  and NCCL proxy work (``proxy``: one lane per channel and direction, steps nested in
+  their proxy operation);
 * every event carries the Kineto ``args`` keys (``device``, ``stream``, ``correlation``,
   ``grid``, ``bytes`` ...).  Values Kineto has no key for (memory kinds, marker sources,
   the original thread of a lane, collective details, NVML metrics as counters) go under
   ``args.ps``, and a top-level ``perfscope`` block maps exported pids back to ranks and
   host pids.  With those, import -> export -> import gives the same tables.
+
+The TensorBoard exporter (:mod:`perfscope.store.tensorboard`) writes the same events
+through :func:`write_trace` with the :data:`TENSORBOARD` dialect: the few category and
+naming choices where the PyTorch profiler plugin reads an older Kineto spelling.
 
 JSON is written in chunks as it is produced (one rank and table at a time, encoded with
 msgspec), never as one giant list of dicts; ``.json.gz`` outputs are gzip-compressed.
@@ -26,6 +33,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,6 +58,43 @@ class ExportResult:
     ranks: list[int]
 
 
+@dataclass(frozen=True)
+class Dialect:
+    """Where two readers of one Kineto-style trace want different spellings.
+
+    ``runtime_cat``/``driver_cat``: the categories of CUDA runtime and driver calls;
+    ``host_cat``: of host spans; ``dataloader_prefix``: put before the name of data-loader
+    waits; ``profiler_step_names``: name every step ``ProfilerStep#N`` (else the stored
+    name); ``comm_ops``: write collectives as ``nccl:<func>`` GPU annotations with an
+    ``External id`` and their size as ``Input Dims`` (what a distributed view matches
+    across ranks) instead of ``perfscope_collective`` events; ``nest_exactly``: shorten a
+    step's or host span's duration by at most a float's last bit so that ``ts + dur`` never
+    passes the exact end (back-to-back steps would otherwise seem to overlap by 1e-9 us);
+    ``zero_external_ids``: give GPU activity and API calls ``External id`` 0 (Kineto's "no
+    operator"): the plugin hands every call without an id to the first operator without one.
+    """
+
+    runtime_cat: str = "cuda_runtime"
+    driver_cat: str = "cuda_driver"
+    host_cat: str = "perfscope_host"
+    dataloader_prefix: str = ""
+    profiler_step_names: bool = False
+    comm_ops: bool = False
+    nest_exactly: bool = False
+    zero_external_ids: bool = False
+
+
+#: Chrome/Perfetto, HTA and perfscope's own importer (import -> export -> import round trip).
+CHROME = Dialect()
+#: torch-tb-profiler 0.4.3 maps only ``Runtime`` (not ``cuda_runtime``) to runtime calls, keeps
+#: host ranges only as ``cpu_op``, counts data loading from ``enumerate(DataLoader)#...__next__``
+#: ops, finds steps by the ``ProfilerStep#`` prefix and communication by ``nccl:all_reduce``-style
+#: names (trace.py, event_parser.py of the plugin).
+TENSORBOARD = Dialect(runtime_cat="Runtime", driver_cat="Runtime", host_cat="cpu_op",
+                      dataloader_prefix="enumerate(DataLoader)#", profiler_step_names=True, comm_ops=True,
+                      nest_exactly=True, zero_external_ids=True)
+
+
 def _pylist(s: pd.Series) -> list[Any]:
     """Column values as Python objects with None for nulls (no pandas NA/NaN leaks)."""
     if s.dtype == object:
@@ -68,6 +113,19 @@ def _columns(df: pd.DataFrame, base: int) -> tuple[dict[str, list[Any]], list[fl
     """Return (other columns as Python lists, start in us after ``base``, duration in us)."""
     cols = {c: _pylist(df[c]) for c in df.columns if c not in ("start_ns", "dur_ns", "rank")}
     return cols, _us(df["start_ns"], base), _us(df["dur_ns"], 0)
+
+
+def _fit_durations(ts: list[float], df: pd.DataFrame, base: int) -> list[float]:
+    """Durations in us such that ``ts + dur`` in floats is at most the exact end in us."""
+    start = np.asarray(ts)
+    end = (df["start_ns"].to_numpy(np.int64) + df["dur_ns"].to_numpy(np.int64) - base) / 1000.0
+    dur = end - start
+    for _ in range(4):  # one step down is nearly always enough
+        over = start + dur > end
+        if not over.any():
+            break
+        dur[over] = np.nextafter(dur[over], 0.0)
+    return np.maximum(dur, 0.0).tolist()
 
 
 def _stream_lane(lanes: _Lanes, pid: int, stream: Any) -> int:
@@ -146,13 +204,31 @@ def export_chrome(
     if missing:
         raise UsageError(f"rank(s) {missing} not in {r.path}; it has ranks {available}")
 
-    base = _base_ns(r, wanted)
+    n = write_trace(r, wanted, out, base=trace_base_ns(r, wanted))
+    return ExportResult(out, n, wanted)
+
+
+def write_trace(
+    run: Run, ranks: list[int], out: Path, *, base: int, dialect: Dialect = CHROME,
+    device_props: list[dict[str, Any]] | None = None,
+) -> int:
+    """Write ``ranks`` of ``run`` to ``out`` (gzip when it ends in ``.gz``) atomically.
+
+    ``base`` is the epoch ns that ``ts`` counts from; ``device_props`` replaces the
+    ``deviceProperties`` taken from the first rank's metadata.
+
+    Returns:
+        the number of trace events written.
+
+    Raises:
+        PerfscopeError: ``out`` cannot be written (nothing is left behind).
+    """
     tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         opener = gzip.open if out.name.endswith(".gz") else open
         with opener(tmp, "wb") as f:  # type: ignore[operator]
-            n = _write(r, wanted, base, f)
+            n = _write(run, ranks, base, f, dialect, device_props)
         os.replace(tmp, out)
     except OSError as e:
         _remove_quietly(tmp)
@@ -160,7 +236,7 @@ def export_chrome(
     except BaseException:
         _remove_quietly(tmp)
         raise
-    return ExportResult(out, n, wanted)
+    return n
 
 
 def _remove_quietly(path: Path) -> None:
@@ -170,10 +246,11 @@ def _remove_quietly(path: Path) -> None:
         pass
 
 
-def _base_ns(run: Run, ranks: list[int]) -> int:
-    """The first whole second (epoch ns) at or before the run's earliest event."""
+def trace_base_ns(run: Run, ranks: list[int]) -> int:
+    """The first whole second (epoch ns) at or before the earliest event of ``ranks``."""
     lo: int | None = None
-    for name in ("kernels", "memcpy", "memset", "sync", "api", "markers", "steps", "host", "collectives"):
+    for name in ("kernels", "memcpy", "memset", "sync", "api", "markers", "steps", "host", "collectives",
+                 "nccl_channels", "proxy"):
         df = run.table(name, ranks=ranks, columns=["start_ns"])
         if len(df):
             m = int(df["start_ns"].min())
@@ -185,7 +262,8 @@ def _base_ns(run: Run, ranks: list[int]) -> int:
     return 0 if lo is None else (lo // 1_000_000_000) * 1_000_000_000
 
 
-def _write(run: Run, ranks: list[int], base: int, f: IO[bytes]) -> int:
+def _write(run: Run, ranks: list[int], base: int, f: IO[bytes], dialect: Dialect,
+           device_props: list[dict[str, Any]] | None) -> int:
     enc = msgspec.json.Encoder()
     meta = run.meta
     world = meta.get("world_size") or len(ranks)
@@ -197,7 +275,8 @@ def _write(run: Run, ranks: list[int], base: int, f: IO[bytes]) -> int:
     dist.update({"rank": ranks[0] if ranks else 0, "world_size": world})
     header = {
         "schemaVersion": 1,
-        "deviceProperties": first_meta.get("devices") or _props_from_gpu(first_meta.get("gpu")),
+        "deviceProperties": device_props if device_props is not None else
+        (first_meta.get("devices") or props_from_gpu(first_meta.get("gpu"))),
         "distributedInfo": dist,
         "displayTimeUnit": "ms",
         "baseTimeNanoseconds": base,
@@ -214,12 +293,12 @@ def _write(run: Run, ranks: list[int], base: int, f: IO[bytes]) -> int:
     for rank in ranks:
         block: dict[str, Any] = {"rank": rank, "pids": []}
         rmeta = run.rank_meta(rank)
-        block["deviceProperties"] = rmeta.get("devices") or _props_from_gpu(rmeta.get("gpu"))
+        block["deviceProperties"] = rmeta.get("devices") or props_from_gpu(rmeta.get("gpu"))
         rdist = dict(rmeta.get("distributed_info") or {})
         rdist.update({"rank": rank, "world_size": world})
         block["distributedInfo"] = rdist
         rank_blocks.append(block)
-        for chunk in _chunks(_rank_events(run, rank, base, rmeta, pids, lanes, block, single=len(ranks) == 1)):
+        for chunk in _chunks(_rank_events(run, rank, base, rmeta, pids, lanes, block, dialect, single=len(ranks) == 1)):
             body = enc.encode(chunk)[1:-1]
             if not body:
                 continue
@@ -237,13 +316,18 @@ def _write(run: Run, ranks: list[int], base: int, f: IO[bytes]) -> int:
     return count
 
 
-def _props_from_gpu(gpu: Any) -> list[dict[str, Any]]:
+def props_from_gpu(gpu: Any) -> list[dict[str, Any]]:
+    """Kineto's ``deviceProperties`` (one entry) from a rank's ``gpu`` metadata, [] without it.
+
+    The recorder writes ``total_memory_bytes``/``capability``, the Kineto importer
+    ``memory_bytes``/``compute_capability``: both are read."""
     if not isinstance(gpu, dict) or not gpu:
         return []
-    cc = str(gpu.get("compute_capability") or "")
+    cc = str(gpu.get("compute_capability") or gpu.get("capability") or "")
     major, _, minor = cc.partition(".")
     return [_drop_none({
-        "id": gpu.get("index", 0), "name": gpu.get("name"), "totalGlobalMem": gpu.get("memory_bytes"),
+        "id": gpu.get("index", 0), "name": gpu.get("name"),
+        "totalGlobalMem": gpu.get("memory_bytes", gpu.get("total_memory_bytes")),
         "computeMajor": int(major) if major.isdigit() else None, "computeMinor": int(minor) if minor.isdigit() else None,
         "numSms": gpu.get("num_sms"), "uuid": gpu.get("uuid"),
     })]
@@ -275,15 +359,28 @@ def _metadata_events(lanes: _Lanes, rank_blocks: list[dict[str, Any]]) -> list[d
 
 def _rank_events(
     run: Run, rank: int, base: int, rmeta: dict[str, Any], pids: _Pids, lanes: _Lanes,
-    block: dict[str, Any], *, single: bool,
+    block: dict[str, Any], dialect: Dialect, *, single: bool,
 ) -> Iterator[dict[str, Any]]:
     """Every trace event of one rank, table by table: GPU activity on stream lanes, GPU
-    annotations and host markers, host steps, API calls and spans, NVML counters."""
-    export = _RankExport(rank, base, rmeta, pids, lanes, block, single=single)
-    for table in ("kernels", "memcpy", "memset", "sync", "collectives", "markers", "steps", "api", "host", "metrics"):
+    annotations and host markers, host steps, API calls and spans, NVML counters, NCCL
+    channels and proxy work."""
+    export = _RankExport(rank, base, rmeta, pids, lanes, block, dialect, single=single)
+    for table in ("kernels", "memcpy", "memset", "sync", "collectives", "markers", "steps", "api", "host", "metrics",
+                  "nccl_channels", "proxy"):
         df = run.table(table, ranks=[rank])
-        if len(df):
-            yield from getattr(export, table)(df)
+        if not len(df):
+            continue
+        events = getattr(export, table)(df)
+        if dialect.zero_external_ids and table in ("kernels", "memcpy", "memset", "api"):
+            events = _with_external_id(events, 0)
+        yield from events
+
+
+def _with_external_id(events: Iterator[dict[str, Any]], ext: int) -> Iterator[dict[str, Any]]:
+    """``events`` with ``args["External id"] = ext``."""
+    for e in events:
+        e["args"]["External id"] = ext
+        yield e
 
 
 class _RankExport:
@@ -295,8 +392,12 @@ class _RankExport:
     """
 
     def __init__(self, rank: int, base: int, rmeta: dict[str, Any], pids: _Pids, lanes: _Lanes,
-                 block: dict[str, Any], *, single: bool) -> None:
+                 block: dict[str, Any], dialect: Dialect, *, single: bool) -> None:
         self.rank, self.base, self.pids, self.lanes, self.block, self.single = rank, base, pids, lanes, block, single
+        self.dialect = dialect
+        gpu = rmeta.get("gpu") if isinstance(rmeta.get("gpu"), dict) else {}
+        # The NCCL plugin's tables have no device column: they ran on the rank's own GPU.
+        self.device = gpu.get("index") if isinstance(gpu.get("index"), int) else None
         self.host_pids: dict[Any, int] = {}
         self.gpu_pids: dict[Any, int] = {}
         self.sort_base = rank * 1000
@@ -382,19 +483,58 @@ class _RankExport:
                        "ps": {"sync_kind": kind, "tid": cols["tid"][i]}})}
 
     def collectives(self, df: pd.DataFrame) -> Iterator[dict[str, Any]]:
-        """NCCL collectives on the GPU's collectives lane, every column under ``args.ps``."""
+        """NCCL collectives on the GPU's collectives lane, every column under ``args.ps``
+        (with the :class:`Dialect`'s ``comm_ops``: as ``nccl:<func>`` annotations)."""
         cols = {c: _pylist(df[c]) for c in df.columns if c not in ("start_ns", "dur_ns", "rank", "enqueue_ns")}
         ts, dur = _us(df["start_ns"], self.base), _us(df["dur_ns"], 0)
         enq = _pylist(df["enqueue_ns"])
         for i in range(len(df)):
-            dev = cols["device"][i]
+            dev = cols["device"][i] if cols["device"][i] is not None else self.device
             pid = self.gpu_pid(dev)
             extra = {k: v[i] for k, v in cols.items()}
             extra["enqueue_us"] = None if enq[i] is None else (int(enq[i]) - self.base) / 1000.0
-            yield {"ph": "X", "cat": "perfscope_collective",
-                   "name": f"{cols['func'][i] or 'collective'}" + (f" {cols['comm_id'][i]}" if cols["comm_id"][i] else ""),
-                   "pid": pid, "tid": self.lanes.synthetic(pid, "collectives", "collectives", 200_000),
+            event = {"ph": "X", "cat": "perfscope_collective",
+                     "name": f"{cols['func'][i] or 'collective'}" + (f" {cols['comm_id'][i]}" if cols["comm_id"][i] else ""),
+                     "pid": pid, "tid": self.lanes.synthetic(pid, "collectives", "collectives", 200_000),
+                     "ts": ts[i], "dur": dur[i], "args": {"ps": extra}}
+            if self.dialect.comm_ops:
+                event.update(cat="gpu_user_annotation", name=_comm_op_name(cols["func"][i]))
+                # One id per operation: the plugin keys operations by External id, and pairs
+                # them across ranks by order.  The size goes in as bytes ("unsigned char").
+                event["args"].update(_drop_none({"External id": 1 + i, "Input Dims": None if cols["bytes"][i] is None
+                                                 else [[cols["bytes"][i]]]}))
+                if cols["bytes"][i] is not None:
+                    event["args"]["Input type"] = ["unsigned char"]
+            yield event
+
+    def nccl_channels(self, df: pd.DataFrame) -> Iterator[dict[str, Any]]:
+        """The NCCL plugin's per-channel kernel timing: one lane per channel on the rank's GPU."""
+        cols, ts, dur = _columns(df, self.base)
+        pid = self.gpu_pid(self.device)
+        for i in range(len(df)):
+            ch = cols["channel"][i]
+            extra = {k: v[i] for k, v in cols.items() if k not in ("host_start_ns", "host_stop_ns")}
+            for k in ("host_start", "host_stop"):
+                v = cols[f"{k}_ns"][i]
+                extra[f"{k}_us"] = None if v is None else (int(v) - self.base) / 1000.0
+            yield {"ph": "X", "cat": "perfscope_nccl_channel", "name": f"{cols['func'][i] or 'NCCL'} ch{ch}",
+                   "pid": pid, "tid": self.lanes.synthetic(pid, ("channel", ch), f"NCCL channel {ch}", 210_000 + (ch or 0)),
                    "ts": ts[i], "dur": dur[i], "args": {"ps": extra}}
+
+    def proxy(self, df: pd.DataFrame) -> Iterator[dict[str, Any]]:
+        """NCCL proxy operations and network steps on the host, one lane per channel and
+        direction (a step lies inside its operation, so the two nest)."""
+        cols, ts, dur = _columns(df, self.base)
+        pid = self.host_pid(self.main_pid)
+        for i in range(len(df)):
+            ch, send, peer = cols["channel"][i], cols["is_send"][i], cols["peer"][i]
+            way = "send" if send else "recv" if send is not None else "proxy"
+            what = f"step {cols['step'][i]}" if cols["kind"][i] == "step" else "op"
+            lane = self.lanes.synthetic(pid, ("proxy", ch, way), f"NCCL proxy ch{ch} {way}",
+                                        40_000 + 3 * (ch or 0) + ("send", "recv", "proxy").index(way))
+            yield {"ph": "X", "cat": "perfscope_proxy",
+                   "name": f"{cols['func'][i] or 'NCCL'} {way}" + (f" peer {peer}" if peer is not None else "") + f" {what}",
+                   "pid": pid, "tid": lane, "ts": ts[i], "dur": dur[i], "args": {"ps": {k: v[i] for k, v in cols.items()}}}
 
     def markers(self, df: pd.DataFrame) -> Iterator[dict[str, Any]]:
         """GPU annotations beside their stream, host markers on their thread's lane."""
@@ -424,10 +564,13 @@ class _RankExport:
         """Steps as ``ProfilerStep#N`` annotations on the main host process's steps lane."""
         step, name, source = _pylist(df["step"]), _pylist(df["name"]), _pylist(df["source"])
         ts, dur = _us(df["start_ns"], self.base), _us(df["dur_ns"], 0)
+        if self.dialect.nest_exactly:
+            dur = _fit_durations(ts, df, self.base)
         pid = self.host_pid(self.main_pid)
         lane = self.lanes.synthetic(pid, "steps", "steps", 0)
         for i in range(len(df)):
-            yield {"ph": "X", "cat": "user_annotation", "name": name[i] or f"ProfilerStep#{step[i]}", "pid": pid, "tid": lane,
+            label = f"ProfilerStep#{step[i]}" if self.dialect.profiler_step_names or not name[i] else name[i]
+            yield {"ph": "X", "cat": "user_annotation", "name": label, "pid": pid, "tid": lane,
                    "ts": ts[i], "dur": dur[i], "args": {"ps": {"step": step[i], "source": source[i]}}}
 
     def api(self, df: pd.DataFrame) -> Iterator[dict[str, Any]]:
@@ -448,16 +591,21 @@ class _RankExport:
             args = _drop_none({"correlation": cols["correlation"][i], "cbid": cols["cbid"][i]})
             if extra:
                 args["ps"] = extra
-            yield {"ph": "X", "cat": "cuda_driver" if kind == "driver" else "cuda_runtime", "name": cols["name"][i],
+            yield {"ph": "X", "cat": self.dialect.driver_cat if kind == "driver" else self.dialect.runtime_cat,
+                   "name": cols["name"][i],
                    "pid": pid, "tid": lane, "ts": ts[i], "dur": dur[i], "args": args}
 
     def host(self, df: pd.DataFrame) -> Iterator[dict[str, Any]]:
         """Host spans (data loading, barriers...) on their thread's host lane."""
         cols, ts, dur = _columns(df, self.base)
+        if self.dialect.nest_exactly:
+            dur = _fit_durations(ts, df, self.base)
         pid = self.host_pid(self.main_pid)
         for i in range(len(df)):
-            tid = cols["tid"][i]
-            yield {"ph": "X", "cat": "perfscope_host", "name": cols["name"][i] or cols["kind"][i], "pid": pid,
+            tid, name = cols["tid"][i], cols["name"][i] or cols["kind"][i]
+            if cols["kind"][i] == "dataloader_wait":
+                name = self.dialect.dataloader_prefix + name
+            yield {"ph": "X", "cat": self.dialect.host_cat, "name": name, "pid": pid,
                    "tid": self.lanes.synthetic(pid, ("host", tid), f"thread {tid} host", 30_000 + (tid or 0) % 10_000),
                    "ts": ts[i], "dur": dur[i], "args": {"ps": {"kind": cols["kind"][i], "tid": tid}}}
 
@@ -477,10 +625,15 @@ _SYNC_NAMES = {"stream": "Stream Sync", "event": "Event Sync", "context": "Conte
                "stream_wait_event": "Stream Wait Event"}
 
 
+def _comm_op_name(func: Any) -> str:
+    """Kineto's name of a collective's host op: ``AllReduce`` -> ``nccl:all_reduce``."""
+    return "nccl:" + re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", str(func or "collective")).lower()
+
+
 def _memcpy_name(copy_kind: Any, src: Any, dst: Any) -> str:
     """Kineto's memcpy name, e.g. ``Memcpy HtoD (Pageable -> Device)``."""
     kind = _COPY_NAMES.get(copy_kind or "", copy_kind or "other")
     return f"Memcpy {kind} ({(src or 'unknown').capitalize()} -> {(dst or 'unknown').capitalize()})"
 
 
-__all__ = ["ExportResult", "export_chrome"]
+__all__ = ["CHROME", "TENSORBOARD", "Dialect", "ExportResult", "export_chrome", "props_from_gpu", "trace_base_ns", "write_trace"]
