@@ -12,7 +12,7 @@ _RANKS = click.option("--rank", "ranks", type=int, multiple=True, help="Export o
 
 @click.group(name="export")
 def export_group() -> None:
-    """Export a run to other formats: Chrome/Perfetto trace JSON, or TensorBoard's profiler plugin."""
+    """Export a run: Chrome/Perfetto trace JSON, or traces for TensorBoard's profiler plugin."""
 
 
 @export_group.command(name="chrome")

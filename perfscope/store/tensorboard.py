@@ -26,7 +26,12 @@ from pathlib import Path
 from typing import Any
 
 from perfscope.errors import RunExistsError, UsageError
-from perfscope.store.chrome import TENSORBOARD, trace_base_ns, props_from_gpu, write_trace
+from perfscope.store.chrome import (
+    TENSORBOARD,
+    props_from_gpu,
+    trace_base_ns,
+    write_trace,
+)
 from perfscope.store.reader import Run, open_run
 
 PLUGIN_NAME = "pytorch_profiler"

@@ -8,6 +8,7 @@ are the plugin's code.
 from __future__ import annotations
 
 import gzip
+import itertools
 import json
 import queue
 import threading
@@ -124,7 +125,7 @@ def test_trace_files_use_the_plugins_spellings(tmp_path: Path) -> None:
     steps = [e for e in doc["traceEvents"] if e["name"].startswith("ProfilerStep#")]
     assert len(steps) == 7
     ends = sorted((e["ts"], e["ts"] + e["dur"]) for e in steps)
-    assert all(end <= nxt for (_, end), (nxt, _) in zip(ends, ends[1:]))  # back to back, never overlapping
+    assert all(end <= nxt for (_, end), (nxt, _) in itertools.pairwise(ends))  # back to back, never overlapping
     comm = [e for e in doc["traceEvents"] if e["name"] == "nccl:all_reduce"]
     assert len(comm) == 16 and len({e["args"]["External id"] for e in comm}) == 16
 

@@ -79,5 +79,7 @@ def test_command_finder_sees_commands_and_stops_at_redirections() -> None:
     script = 'perfscope compare a b --format md >> "$X"\nif perfscope info r; then echo ok; fi\necho perfscope x'
     assert perfscope_commands(script) == [["compare", "a", "b", "--format", "md"], ["info", "r"]]
     ctx = cli.make_context("perfscope", ["compare"], resilient_parsing=True)
+    compare = cli.get_command(ctx, "compare")
+    assert compare is not None
     with pytest.raises(click.UsageError):
-        cli.get_command(ctx, "compare").make_context("compare", ["a", "b", "--no-such-option"], parent=ctx)
+        compare.make_context("compare", ["a", "b", "--no-such-option"], parent=ctx)
