@@ -8,7 +8,8 @@ in its :data:`~perfscope.store.chrome.TENSORBOARD` dialect:
 
 * workers are named ``<host>_<pid>`` as ``torch.profiler.tensorboard_trace_handler`` names
   them (the plugin reads the node and process from that pattern in its distributed view);
-  ranks without a host or pid, or sharing one, become ``rank<R>_<R>``;
+  when some rank has no host or pid, or two share one, every rank becomes
+  ``rank<R>_<pid>`` (``rank<R>_<R>`` without a pid);
 * all files count ``ts`` from one base, so the ranks line up;
 * ``deviceProperties`` lists the GPUs of the rank's host at their device index (the plugin
   looks a GPU up by index), from the metadata of the run's ranks on that host;
@@ -98,14 +99,17 @@ def export_tensorboard(
 
 def worker_names(run: Run, ranks: list[int]) -> dict[int, str]:
     """Rank -> worker name: ``<host>_<pid>`` as torch's trace handler writes it, or
-    ``rank<R>_<R>`` for every rank when some rank lacks a host or pid or two share one."""
+    ``rank<R>_<pid>`` (``rank<R>_<R>`` without a pid) for every rank when some rank lacks a
+    host or pid or two share one."""
     names: dict[int, str] = {}
+    pids: dict[int, int] = {}
     for rank in ranks:
         meta = run.rank_meta(rank)
         host, pid = meta.get("host"), meta.get("pid")
+        pids[rank] = pid if isinstance(pid, int) else rank
         names[rank] = f"{host}_{pid}" if isinstance(host, str) and host and isinstance(pid, int) else ""
     if "" in names.values() or len(set(names.values())) < len(names):
-        return {rank: f"rank{rank}_{rank}" for rank in ranks}
+        return {rank: f"rank{rank}_{pids[rank]}" for rank in ranks}
     return names
 
 

@@ -21,6 +21,7 @@ import pytest
 from perfscope.cli.main import main
 from perfscope.errors import RunExistsError, UsageError
 from perfscope.store import create_run, open_run, write_rank_meta, write_rank_tables
+from perfscope.store.kineto import import_kineto
 from perfscope.store.tensorboard import export_tensorboard, host_devices, worker_names
 
 H200 = Path(__file__).resolve().parents[1] / "data" / "h200"
@@ -141,7 +142,7 @@ def test_worker_names_and_devices_fall_back(tmp_path: Path) -> None:
     for rank in (0, 1):
         write_rank_tables(tmp_path / "r", rank, {"kernels": {"start_ns": [10**18], "dur_ns": [5], "name": ["k"]}})
     bare = open_run(tmp_path / "r")
-    assert worker_names(bare, [0, 1]) == {0: "rank0_0", 1: "rank1_1"}
+    assert worker_names(bare, [0, 1]) == {0: "rank0_7", 1: "rank1_7"}
     props = host_devices(bare, 0)
     assert [p.get("name") for p in props] == [None, "A", None, "B"] and props[3]["computeMajor"] == 9
 
@@ -168,3 +169,19 @@ def test_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert (tmp_path / "plugins" / "profile" / "exp1" / "vm_651.pt.trace.json.gz").is_file()
     code = main(["export", "tensorboard", str(COMM), "-o", str(tmp_path), "--name", "exp1"])
     assert code != 0 and "--force" in capsys.readouterr().err
+
+
+def test_imported_kineto_run_opens_with_rank_worker_names(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An imported trace knows its pids but not its host: workers are named by rank."""
+    kineto = Path(__file__).resolve().parents[1] / "data" / "kineto"
+    import_kineto([kineto / "ddp_rank0.json.gz", kineto / "ddp_rank1.json.gz"], tmp_path / "ddp")
+    stored = open_run(tmp_path / "ddp")
+    result = export_tensorboard(stored, tmp_path / "logs")
+    pids = [stored.rank_meta(r)["pid"] for r in stored.ranks]
+    assert sorted(result.files) == [f"rank{r}_{pid}" for r, pid in zip(stored.ranks, pids, strict=True)]
+    run = load_with_plugin(result.run_dir, tmp_path, monkeypatch)
+    for rank, worker in zip(stored.ranks, sorted(result.files), strict=True):
+        profile = run.get_profile(worker, "default")
+        steps = stored.table("steps", ranks=[rank])["step"]
+        assert [row[0] for row in profile.overview["steps"]["rows"]] == [str(s) for s in steps]
+        assert sum(row[2] for row in profile.kernel_table["data"]["rows"]) == len(stored.table("kernels", ranks=[rank]))
