@@ -114,7 +114,8 @@ def _trace_files(source: PathLike | Sequence[PathLike]) -> list[Path] | None:
             return _trace_files(paths[0])
         for p in paths:
             if p.is_dir():
-                raise UsageError(f"{p} is a folder; give one folder of traces, or trace files (one per rank), not both")
+                raise UsageError(f"{p} is a folder: give one run or folder of traces, or several trace files (one "
+                                 "per rank); to compare two runs use `perfscope compare`")
             if not p.is_file():
                 raise InputError(f"no such trace file: {p}")
         return paths

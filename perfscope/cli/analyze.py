@@ -66,8 +66,6 @@ def analyze(sources: tuple[str, ...], fmt: str, output: str | None, force: bool,
 
     source = sources[0] if len(sources) == 1 else list(sources)
     plan = plan_trace_import(source, run_out, force=force)
-    if plan is None and len(sources) > 1:
-        raise UsageError("give one run directory, or trace files (one per rank); to compare runs use `perfscope compare`")
     if plan is None and run_out is not None:
         raise UsageError(f"--run-out applies to trace files, and {sources[0]} is a run")
     target = output_target(output, force=force)

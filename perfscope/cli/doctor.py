@@ -8,7 +8,13 @@ import json
 
 import click
 
-from perfscope.cli.options import emit, format_option, output_option, output_target, text_style
+from perfscope.cli.options import (
+    emit,
+    format_option,
+    output_option,
+    output_target,
+    text_style,
+)
 from perfscope.doctor import diagnose, failed
 
 

@@ -5,7 +5,13 @@ import json
 
 import click
 
-from perfscope.cli.options import emit, format_option, output_option, output_target, text_style
+from perfscope.cli.options import (
+    emit,
+    format_option,
+    output_option,
+    output_target,
+    text_style,
+)
 from perfscope.store import open_run
 
 

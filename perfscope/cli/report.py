@@ -11,7 +11,13 @@ from typing import TYPE_CHECKING
 
 import click
 
-from perfscope.cli.options import analysis_options, emit, format_option, output_target, progress_reporter
+from perfscope.cli.options import (
+    analysis_options,
+    emit,
+    format_option,
+    output_target,
+    progress_reporter,
+)
 
 if TYPE_CHECKING:
     from perfscope.analyzers import AnalysisConfig
