@@ -66,7 +66,7 @@ def render_analysis_text(a: Analysis, *, width: int = 160, color: bool = False, 
     if len(a.steps) and steps:
         con.print(_steps_table(a.steps))
     elif len(a.steps):
-        con.print(Text(f"({len(a.steps)} steps; --steps shows each one's buckets)", style="dim"))
+        con.print(Text(f"(--steps lists each step's buckets: {len(a.steps)} rows)", style="dim"))
     return buf.getvalue()
 
 
