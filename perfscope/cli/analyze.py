@@ -37,7 +37,7 @@ PIPE_WIDTH = 160
 @click.command(name="analyze")
 @click.argument("sources", nargs=-1, required=True, type=click.Path(), metavar="SOURCE...")
 @format_option(("text", "json"), "text", "text (tables, the findings first) or json (every table, one document).")
-@output_option("the analysis")
+@output_option("the analysis", "Replace FILE if it exists; for traces, import them again, replacing their run.")
 @click.option("--steps", "show_steps", is_flag=True, help="Text: add the table of every step's buckets.")
 @analysis_options
 @click.option("--run-out", default=None, type=click.Path(file_okay=False), metavar="DIR",

@@ -124,8 +124,7 @@ def format_option(choices: tuple[str, ...], default: str, help: str, *, json_ali
     hidden ``--json`` flag that means ``--format json`` (the older spelling)."""
 
     def decorate(command: F) -> F:
-        @click.option("--format", "fmt", type=click.Choice(choices), default=None, show_default=default,
-                      help=help)
+        @click.option("--format", "fmt", type=click.Choice(choices), default=None, help=f"{help} Default: {default}.")
         @functools.wraps(command)
         def wrapper(*args: Any, fmt: str | None, **kwargs: Any) -> Any:
             if json_alias and kwargs.pop("as_json"):
@@ -141,12 +140,12 @@ def format_option(choices: tuple[str, ...], default: str, help: str, *, json_ali
     return decorate
 
 
-def output_option(what: str = "the output") -> Callable[[F], F]:
+def output_option(what: str = "the output", force_help: str = "Replace FILE if it exists.") -> Callable[[F], F]:
     """``-o/--output FILE`` (``-`` is stdout) and ``--force``, received as ``output`` and
     ``force``."""
 
     def decorate(command: F) -> F:
-        command = click.option("--force", is_flag=True, help="Replace FILE if it exists.")(command)
+        command = click.option("--force", is_flag=True, help=force_help)(command)
         return click.option("-o", "--output", type=click.Path(dir_okay=False, allow_dash=True), default=None,
                             metavar="FILE", help=f"Write {what} to FILE (default and -: stdout).")(command)
 

@@ -329,7 +329,7 @@ def _complete_run(tmp: Path, paths: list[Path], result: ImportResult, claims: _R
     seen = claims.seen
     if claims.guessed:
         if len(paths) == 1:
-            result.warnings.append(f"{paths[0].name} has no distributedInfo.rank; imported as rank {seen and min(seen)} (choose it with `perfscope import kineto --rank N`)")
+            result.warnings.append(f"{paths[0].name} has no distributedInfo.rank; imported as rank {seen and min(seen)} (choose it with `perfscope import kineto --rank N`, or rank=N)")
         else:
             result.warnings.append("no distributedInfo.rank in " + ", ".join(claims.guessed) + " (ranks given in file order)")
     world = max(claims.world_sizes) if claims.world_sizes else None
