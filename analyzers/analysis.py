@@ -39,7 +39,7 @@ import pandas as pd
 # most of it compiling a version regex).  Imported here with pandas, as every analysis needs
 # them whatever the run holds; the version module is pyarrow's private one, hence the guard.
 try:
-    import pyarrow.pandas_compat  # noqa: F401
+    import pyarrow.pandas_compat
     import pyarrow.vendored.version  # noqa: F401
 except ImportError:  # another pyarrow layout: they are imported on first use instead
     pass
@@ -375,9 +375,8 @@ def analyze_run(run: Any, config: AnalysisConfig | None = None, progress: Progre
 
     say("reading collectives")
     warnings: list[str] = []
-    if status := meta.get("status"):
-        if status != "complete":
-            warnings.append(f"the run's status is {status!r}: it may end early (a rank stopped before its last flush)")
+    if (status := meta.get("status")) and status != "complete":
+        warnings.append(f"the run's status is {status!r}: it may end early (a rank stopped before its last flush)")
     coll_raw = _read_collectives(run, ranks)
     names, copy_kinds = _GlobalCodes(), _GlobalCodes()
     out: dict[str, list] = {k: [] for k in ("step_warnings", "summary", "kernels", "launch", "comm_kernels", "copies")}

@@ -123,7 +123,7 @@ def available() -> tuple[bool, str]:
         Initialises the CUDA driver (cuInit) but creates no context.
     """
     try:
-        from cupti import cupti  # noqa: F401
+        from cupti import cupti
     except ImportError:
         return False, "cupti-python is not installed (pip install 'perfscope[gpu]', which pins cupti-python==13.0.1)"
     except Exception as e:  # noqa: BLE001 - cupti-python raises its own errors when libcupti is broken

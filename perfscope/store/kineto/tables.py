@@ -93,7 +93,7 @@ def with_extra(values: list[Any], extras: list[dict[str, Any]] | None, key: str)
     """``values`` with ``extras[i][key]`` where that key is present (even when null)."""
     if extras is None:
         return values
-    return [x[key] if key in x else v for v, x in zip(values, extras)]
+    return [x.get(key, v) for v, x in zip(values, extras)]
 
 
 def mapped_pids(events: list[Event], pid_map: dict[Any, Any] | None) -> list[Any]:
@@ -118,7 +118,7 @@ def concat_columns(pieces: list[dict[str, Any]]) -> dict[str, Any]:
         if isinstance(first, np.ndarray):
             out[col] = np.concatenate(parts)
         elif isinstance(first, (pa.Array, pa.ChunkedArray)):
-            out[col] = pa.chunked_array([x for x in parts], type=first.type)
+            out[col] = pa.chunked_array(list(parts), type=first.type)
         else:
             out[col] = [v for x in parts for v in x]
     return out
