@@ -25,7 +25,7 @@ def filled_i64(col: pd.Series | np.ndarray) -> np.ndarray:
     the store's non-null columns are)."""
     if isinstance(col, np.ndarray) and col.dtype == np.dtype(I64):
         return np.ascontiguousarray(col)
-    if col.dtype == np.dtype(I64):
+    if not isinstance(col, np.ndarray) and col.dtype == np.dtype(I64):
         return np.ascontiguousarray(col.to_numpy())
     import pandas as pd
 

@@ -49,7 +49,7 @@ def create_app(run_paths: Sequence[str | os.PathLike[str]], analyze: Analyze | N
     app.server.config["perfscope_data"] = data
 
     @app.server.after_request
-    def _headers(response):  # type: ignore[no-untyped-def]
+    def _headers(response):
         for k, v in _SECURITY_HEADERS.items():
             response.headers.setdefault(k, v)
         return response

@@ -22,8 +22,9 @@ from typing import TYPE_CHECKING
 from perfscope.analyzers import AnalysisConfig, analyze_run
 from perfscope.analyzers.analysis import Progress
 from perfscope.analyzers.result import Analysis
+from perfscope.analyzers.sources import RunLike
 from perfscope.errors import InputError, UsageError
-from perfscope.store import MemoryRun, Run, open_run
+from perfscope.store import open_run
 
 if TYPE_CHECKING:
     from perfscope.store.kineto import ImportResult
@@ -36,7 +37,7 @@ class TraceImportWarning(UserWarning):
     """Something the import of a trace had to guess or skip (the run was still written)."""
 
 
-def analyze(source: PathLike | Run | MemoryRun, config: AnalysisConfig | None = None, *, progress: Progress | None = None,
+def analyze(source: PathLike | RunLike, config: AnalysisConfig | None = None, *, progress: Progress | None = None,
             run_out: PathLike | None = None, force: bool = False) -> Analysis:
     """Analyse a run: open it if it is a path, import it first if it is a Kineto trace file.
 

@@ -200,10 +200,10 @@ def torch_profiler_active() -> bool:
     if torch is None:
         return False
     try:
-        return bool(torch.autograd.profiler._is_profiler_enabled)  # type: ignore[attr-defined]
+        return bool(torch.autograd.profiler._is_profiler_enabled)
     except AttributeError:
         try:
-            return bool(torch._C._autograd._profiler_enabled())  # type: ignore[attr-defined]
+            return bool(torch._C._autograd._profiler_enabled())
         except Exception:  # noqa: BLE001
             return False
 

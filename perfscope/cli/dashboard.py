@@ -12,12 +12,12 @@ from perfscope.errors import UsageError
 if TYPE_CHECKING:
     from perfscope.analyzers import AnalysisConfig
     from perfscope.analyzers.result import Analysis
-    from perfscope.store import Run
+    from perfscope.analyzers.sources import RunLike
 
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 
 
-def make_server(runs: list[str], host: str, port: int, config: AnalysisConfig | None = None):  # type: ignore[no-untyped-def]
+def make_server(runs: list[str], host: str, port: int, config: AnalysisConfig | None = None):
     """Build the app for ``runs``, analyse every run (with ``config``, through
     :func:`perfscope.analyze`), and bind a threaded WSGI server.
 
@@ -32,7 +32,7 @@ def make_server(runs: list[str], host: str, port: int, config: AnalysisConfig | 
 
     from perfscope.dashboards.app import create_app
 
-    def analyze(run: Run) -> Analysis:
+    def analyze(run: RunLike) -> Analysis:
         import perfscope
 
         return perfscope.analyze(run, config)

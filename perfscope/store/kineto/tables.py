@@ -75,10 +75,10 @@ def _triples(values: list[Any]) -> tuple[pa.Array, pa.Array, pa.Array]:
     try:
         arr = np.array(values, dtype=np.int64)
         if arr.shape == (n, 3):
-            return tuple(from_numpy(np.ascontiguousarray(arr[:, i]), pa.int32()) for i in range(3))  # type: ignore[return-value]
+            return tuple(from_numpy(np.ascontiguousarray(arr[:, i]), pa.int32()) for i in range(3))
     except (ValueError, TypeError, OverflowError):
         pass
-    return tuple(int_col([_xyz(v, i) for v in values], pa.int32()) for i in range(3))  # type: ignore[return-value]
+    return tuple(int_col([_xyz(v, i) for v in values], pa.int32()) for i in range(3))
 
 
 def extras(args: list[EventArgs]) -> list[dict[str, Any]] | None:
