@@ -377,8 +377,9 @@ def analyze_run(run: RunLike, config: AnalysisConfig | None = None, progress: Pr
 
     say("reading collectives")
     warnings: list[str] = []
-    if (status := meta.get("status")) and status != "complete":
-        warnings.append(f"the run's status is {status!r}: it may end early (a rank stopped before its last flush)")
+    if status := meta.get("status"):
+        if status != "complete":
+            warnings.append(f"the run's status is {status!r}: it may end early (a rank stopped before its last flush)")
     coll_raw = _read_collectives(run, ranks)
     names, copy_kinds = _GlobalCodes(), _GlobalCodes()
     out: dict[str, list] = {k: [] for k in ("step_warnings", "summary", "kernels", "launch", "comm_kernels", "copies")}
