@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import numpy.typing as npt
 
 if TYPE_CHECKING:  # pandas is imported by callers; this module stays import-light
     import pandas as pd
@@ -14,7 +15,7 @@ if TYPE_CHECKING:  # pandas is imported by callers; this module stays import-lig
 I64 = np.int64
 
 
-def as_i64(values) -> np.ndarray:
+def as_i64(values: npt.ArrayLike) -> np.ndarray:
     """Return ``values`` as a contiguous int64 array (nullable columns must be filled first)."""
     return np.ascontiguousarray(np.asarray(values, dtype=I64))
 

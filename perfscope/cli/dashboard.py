@@ -10,6 +10,9 @@ from perfscope.cli.options import analysis_options
 from perfscope.errors import UsageError
 
 if TYPE_CHECKING:
+    import dash
+    from werkzeug.serving import BaseWSGIServer
+
     from perfscope.analyzers import AnalysisConfig
     from perfscope.analyzers.result import Analysis
     from perfscope.analyzers.sources import RunLike
@@ -17,7 +20,8 @@ if TYPE_CHECKING:
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 
 
-def make_server(runs: list[str], host: str, port: int, config: AnalysisConfig | None = None):
+def make_server(runs: list[str], host: str, port: int,
+                config: AnalysisConfig | None = None) -> tuple[BaseWSGIServer, dash.Dash]:
     """Build the app for ``runs``, analyse every run (with ``config``, through
     :func:`perfscope.analyze`), and bind a threaded WSGI server.
 
