@@ -151,7 +151,7 @@ def export_chrome(
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         opener = gzip.open if out.name.endswith(".gz") else open
-        with opener(tmp, "wb") as f:
+        with opener(tmp, "wb") as f:  # type: ignore[operator]
             n = _write(r, wanted, base, f)
         os.replace(tmp, out)
     except OSError as e:
