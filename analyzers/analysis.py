@@ -39,7 +39,7 @@ import pandas as pd
 # most of it compiling a version regex).  Imported here with pandas, as every analysis needs
 # them whatever the run holds; the version module is pyarrow's private one, hence the guard.
 try:
-    import pyarrow.pandas_compat  # noqa: F401
+    import pyarrow.pandas_compat
     import pyarrow.vendored.version  # noqa: F401
 except ImportError:  # another pyarrow layout: they are imported on first use instead
     pass
@@ -55,6 +55,7 @@ from perfscope.analyzers.intervals import I64, KeyIndex, as_i64, as_key, covered
 from perfscope.analyzers.kernels import LAUNCH_COLUMNS, launch_row, top_kernels
 from perfscope.analyzers.result import Analysis
 from perfscope.analyzers.rules import RuleContext, evaluate_rules
+from perfscope.analyzers.sources import ArrayRunLike, RunLike
 from perfscope.analyzers.steps import WINDOW_COLUMNS, rank_windows
 from perfscope.analyzers.stragglers import rank_stragglers, reliable_matches
 from perfscope.errors import UsageError
@@ -90,14 +91,14 @@ def _is_pcie_memory_kernel(name: str) -> bool:
 RANK_TABLES: tuple[str, ...] = ("kernels", "memcpy", "memset", "sync", "api", "markers", "steps", "host")
 
 
-def _read(run: Any, name: str, ranks: list[int] | None, coded: bool = True) -> Columns:
+def _read(run: RunLike, name: str, ranks: list[int] | None, coded: bool = True) -> Columns:
     """Table ``name`` of ``ranks`` as columns (:mod:`.columns`): those of :data:`COLUMNS`;
     rows without a start dropped, ``start_ns``/``dur_ns`` int64 (a missing or negative
     duration is 0).  Read with the run's ``arrays`` (no DataFrame is built; names as
     :class:`~perfscope.store.reader.Coded` when ``coded``, else categoricals), or its
     ``table`` when it has none (names as categoricals)."""
     cols = COLUMNS[name]
-    t = run.arrays(name, ranks=ranks, columns=cols, coded=coded) if hasattr(run, "arrays") else \
+    t = run.arrays(name, ranks=ranks, columns=cols, coded=coded) if isinstance(run, ArrayRunLike) else \
         columns(run.table(name, ranks=ranks, columns=cols))
     if "start_ns" in t and n_rows(t) and not _plain_times(t):
         missing = is_null(t["start_ns"])
@@ -268,7 +269,7 @@ class _RankPass:
     layers: dict[str, tuple[np.ndarray, np.ndarray]]
 
 
-def _rank_pass(run: Any, r: int, cfg: AnalysisConfig, comm_corr: np.ndarray | None, comm_names: set[str] | None,
+def _rank_pass(run: RunLike, r: int, cfg: AnalysisConfig, comm_corr: np.ndarray | None, comm_names: set[str] | None,
                names: _GlobalCodes, copy_kinds: _GlobalCodes, base_ns: int, out: dict[str, list]) -> _RankPass:
     """Read one rank and compute everything that needs no other rank (appended to ``out``).
 
@@ -352,14 +353,15 @@ def _steps_rows(w: dict[str, np.ndarray], layers: dict[str, tuple[np.ndarray, np
                          "startup_api_ns": covered_ns(ws, we, *layers.get("startup", EMPTY))})
 
 
-def analyze_run(run: Any, config: AnalysisConfig | None = None, progress: Progress | None = None) -> Analysis:
+def analyze_run(run: RunLike, config: AnalysisConfig | None = None, progress: Progress | None = None) -> Analysis:
     """Analyse a run: step breakdown, GPU summary, kernels, collectives, stragglers, advice.
 
     The run is read one rank at a time (only the columns the analysis needs), so memory is
     bounded by the largest rank's columns plus small per-rank results, not by the run.
 
     Args:
-        run: a :class:`perfscope.store.Run` (from ``open_run``).
+        run: any :class:`~perfscope.analyzers.sources.RunLike`: ``open_run``'s result, the
+            :class:`~perfscope.store.MemoryRun` an import holds, or an object with the same members.
         config: options (defaults: :class:`AnalysisConfig`).
         progress: called with a short message before each stage (the CLI shows it).
 
@@ -442,7 +444,7 @@ def _world_size(meta: dict[str, Any]) -> int | None:
         return None
 
 
-def _read_collectives(run: Any, ranks: list[int]) -> pd.DataFrame | None:
+def _read_collectives(run: RunLike, ranks: list[int]) -> pd.DataFrame | None:
     """The collectives table of ``ranks`` (categorical names, as analyze_collectives takes
     them), None when it has no rows.  It is small (one row per NCCL operation) and spans
     ranks: read whole."""
@@ -450,7 +452,7 @@ def _read_collectives(run: Any, ranks: list[int]) -> pd.DataFrame | None:
     return pd.DataFrame(coll_cols, copy=False) if n_rows(coll_cols) else None
 
 
-def _rank_passes(run: Any, ranks: list[int], cfg: AnalysisConfig, coll_raw: pd.DataFrame | None, names: _GlobalCodes,
+def _rank_passes(run: RunLike, ranks: list[int], cfg: AnalysisConfig, coll_raw: pd.DataFrame | None, names: _GlobalCodes,
                  copy_kinds: _GlobalCodes, out: dict[str, list], say: Progress) -> dict[int, _RankPass]:
     """:func:`_rank_pass` of every rank in ``ranks``, in order (results appended to ``out``)."""
     # Correlation ids are per process: each rank's kernels are matched against its own ids.
@@ -459,11 +461,10 @@ def _rank_passes(run: Any, ranks: list[int], cfg: AnalysisConfig, coll_raw: pd.D
     )
     comm_names = set(codes_and_names(coll_raw["kernel_name"])[1]) - {""} if coll_raw is not None else None
     passes: dict[int, _RankPass] = {}
-    has_meta = hasattr(run, "rank_meta")
     for i, r in enumerate(ranks):
         say(f"rank {r} ({i + 1}/{len(ranks)}): reading, classifying kernels, finding steps, summarising")
         # The importer stores a Kineto trace's baseTimeNanoseconds as base_time_ns.
-        meta_r = run.rank_meta(r) if has_meta else {}
+        meta_r = run.rank_meta(r)
         base = _int_or_zero(meta_r.get("base_time_ns", meta_r.get("time_base_ns")))
         passes[r] = _rank_pass(run, r, cfg, comm_corr.get(int(r)), comm_names, names, copy_kinds, base, out)
         _release_arrow_memory()  # the rank's columns (Arrow buffers) are free now

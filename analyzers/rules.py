@@ -155,7 +155,9 @@ def sync_rule(ctx: RuleContext) -> Recommendation | None:
     s = ctx.steps
     if len(s) == 0 or "post_sync_idle_ns" not in s.columns:
         return None
-    col = lambda c: ctx.column("steps", c)
+    def col(c: str) -> np.ndarray:
+        return ctx.column("steps", c)
+
     cost = np.maximum(col("sync_ns") - col("collective_wait_ns"), 0) + col("post_sync_idle_ns")
     med = int(np.median(cost))
     calls = float(np.median(col("sync_calls")))

@@ -3,11 +3,15 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import dash
 
 from perfscope.dashboards import callbacks, layout
 from perfscope.dashboards.data import Analyze, DashboardData
+
+if TYPE_CHECKING:
+    from flask import Response
 
 _SECURITY_HEADERS = {
     "X-Content-Type-Options": "nosniff",
@@ -49,7 +53,7 @@ def create_app(run_paths: Sequence[str | os.PathLike[str]], analyze: Analyze | N
     app.server.config["perfscope_data"] = data
 
     @app.server.after_request
-    def _headers(response):  # type: ignore[no-untyped-def]
+    def _headers(response: Response) -> Response:
         for k, v in _SECURITY_HEADERS.items():
             response.headers.setdefault(k, v)
         return response

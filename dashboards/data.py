@@ -19,11 +19,11 @@ import pandas as pd
 from perfscope import open_run
 from perfscope.analyzers.compare import Comparison, compare_runs
 from perfscope.analyzers.result import Analysis
-from perfscope.analyzers.timeline import WindowSource
+from perfscope.analyzers.sources import RunLike, WindowSource
 from perfscope.errors import UsageError
 
 
-class ServedRun(WindowSource, Protocol):
+class ServedRun(RunLike, WindowSource, Protocol):
     """What the dashboard uses of an opened run (``perfscope.open_run``'s result)."""
 
     path: Path

@@ -18,13 +18,14 @@ from __future__ import annotations
 import os
 import warnings
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from perfscope.analyzers import AnalysisConfig, analyze_run
 from perfscope.analyzers.analysis import Progress
 from perfscope.analyzers.result import Analysis
+from perfscope.analyzers.sources import RunLike
 from perfscope.errors import UsageError
-from perfscope.store import MemoryRun, Run, open_run
+from perfscope.store import open_run
 from perfscope.trace_sources import TRACE_SUFFIXES, default_run_dir, plan_trace_import
 
 if TYPE_CHECKING:
@@ -37,7 +38,7 @@ class TraceImportWarning(UserWarning):
     """Something the import of a trace had to guess or skip (the run was still written)."""
 
 
-def analyze(source: PathLike | Sequence[PathLike] | Run | MemoryRun, config: AnalysisConfig | None = None, *,
+def analyze(source: PathLike | Sequence[PathLike] | RunLike, config: AnalysisConfig | None = None, *,
             progress: Progress | None = None, run_out: PathLike | None = None, force: bool = False) -> Analysis:
     """Analyse a run: open it if it is a path, import it first if it is made of Kineto traces.
 
@@ -65,9 +66,9 @@ def analyze(source: PathLike | Sequence[PathLike] | Run | MemoryRun, config: Ana
         PerfscopeError: whatever opening, importing (:func:`import_kineto`) or analysing
             (:func:`~perfscope.analyzers.analyze_run`) raises.
     """
-    if isinstance(source, (Run, MemoryRun)):
+    if not isinstance(source, (str, os.PathLike, list, tuple)):  # an open run (a RunLike)
         _refuse_run_options(source, run_out, force)
-        return analyze_run(source, config, progress=progress)
+        return analyze_run(cast("RunLike", source), config, progress=progress)
     plan = plan_trace_import(source, run_out, force=force)
     if plan is None:
         _refuse_run_options(source, run_out, force)

@@ -10,14 +10,18 @@ from perfscope.cli.options import analysis_options
 from perfscope.errors import UsageError
 
 if TYPE_CHECKING:
+    import dash
+    from werkzeug.serving import BaseWSGIServer
+
     from perfscope.analyzers import AnalysisConfig
     from perfscope.analyzers.result import Analysis
-    from perfscope.store import Run
+    from perfscope.analyzers.sources import RunLike
 
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 
 
-def make_server(runs: list[str], host: str, port: int, config: AnalysisConfig | None = None):  # type: ignore[no-untyped-def]
+def make_server(runs: list[str], host: str, port: int,
+                config: AnalysisConfig | None = None) -> tuple[BaseWSGIServer, dash.Dash]:
     """Build the app for ``runs``, analyse every run (with ``config``, through
     :func:`perfscope.analyze`), and bind a threaded WSGI server.
 
@@ -37,7 +41,7 @@ def make_server(runs: list[str], host: str, port: int, config: AnalysisConfig | 
 
     from perfscope.dashboards.app import create_app
 
-    def analyze(run: Run) -> Analysis:
+    def analyze(run: RunLike) -> Analysis:
         import perfscope
 
         return perfscope.analyze(run, config)
