@@ -266,3 +266,16 @@ def test_trace_mixing_spellings_after_the_prefix_is_refused(tmp_path: Path) -> N
     with pytest.raises(UnrecognisedTraceError, match="PyTorch 1.8-1.9 way and today's.*'Kernel' 1"):
         import_kineto(write(tmp_path, "t", doc), tmp_path / "r")
     assert not (tmp_path / "r").exists()
+
+
+def test_info_shows_the_source_trace_per_rank(tmp_path: Path) -> None:
+    from perfscope.cli.info import run_info
+    from perfscope.reports.text import render_info_text
+
+    import_kineto(write(tmp_path, "old", trace(True)), tmp_path / "r")
+    doc = run_info(str(tmp_path / "r"))
+    (rank,) = doc["ranks"]
+    assert rank["trace"] == "Kineto schema 1, pytorch-1.8/1.9 spelling, Tesla V100-DGXS-32GB (compute 7.0)"
+    assert rank["trace_source"]["spelling"] == kf.OLD and json.loads(json.dumps(doc))["ranks"][0]["trace"] == rank["trace"]
+    text = " ".join(render_info_text(doc, width=200).split())
+    assert f"rank 0 trace: {rank['trace']}" in text
