@@ -14,7 +14,8 @@ def run_info(path: str) -> dict:
     ``trace``, one line of it: see :mod:`perfscope.store.kineto.formats`), tables
     ({name: rows}) and integrity_warnings (what the store's checks found that does not
     stop reading)."""
-    from perfscope.store.kineto.formats import describe  # (the importer's package: only when info runs)
+    # (the importer's package: imported only when info runs)
+    from perfscope.store.kineto.formats import describe
 
     run = open_run(path)
     meta = run.meta

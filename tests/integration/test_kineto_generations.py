@@ -14,8 +14,8 @@ import os
 from pathlib import Path
 
 import pytest
-
 from perfscope.analyzers.analysis import analyze_run
+
 from perfscope.cli.main import main
 from perfscope.store import open_run
 from perfscope.store.kineto import import_kineto

@@ -141,7 +141,7 @@ def test_prepare_leaves_todays_traces_alone_and_rewrites_old_ones() -> None:
 def test_prepare_counts_a_trace_whose_start_holds_an_unknown_category() -> None:
     doc = trace(False, extra=[{"ph": "X", "cat": "cuda_profiler_range", "name": "r", "pid": 0, "tid": 0, "ts": 1, "dur": 1}])
     doc["traceEvents"].insert(0, doc["traceEvents"].pop())
-    data, counts = kf.prepare(json.dumps(doc).encode(), gzip.decompress)
+    _, counts = kf.prepare(json.dumps(doc).encode(), gzip.decompress)
     assert counts is not None and counts["cuda_profiler_range"] == 1 and counts["kernel"] == 1
 
 

@@ -242,7 +242,7 @@ def rewrite(text: bytes | memoryview) -> bytes:
             ``traceEvents`` is a list of objects (the importer's own decode then words it).
     """
     root = _ROOT.decode(text)
-    events = _EVENTS.decode(root["traceEvents"])
+    events: list[dict[str, Any]] = _EVENTS.decode(root["traceEvents"])  # (Raw values, args decoded or not)
     for e in events:
         cat = e.get("cat")
         new = _RAW_CATS.get(bytes(cat)) if cat is not None else None
