@@ -24,6 +24,11 @@ class InputError(PerfscopeError):
     """An input file is missing, unreadable or malformed (JSON, Parquet, ...)."""
 
 
+class UnrecognisedTraceError(InputError):
+    """A trace that holds events of which the importer recognised none (the message names
+    the categories it saw)."""
+
+
 class NotARunError(InputError):
     """A path is not a perfscope run directory (no ``run.json``)."""
 
@@ -63,6 +68,7 @@ __all__ = [
     "PerfscopeError",
     "UsageError",
     "InputError",
+    "UnrecognisedTraceError",
     "NotARunError",
     "CorruptRunError",
     "RunIntegrityError",

@@ -17,8 +17,13 @@ from perfscope.store import open_run
 
 def run_info(path: str) -> dict:
     """Return the info document: schema_version, status, run_id, source, command,
-    world_size, ranks (list of rank dicts), tables ({name: rows}) and integrity_warnings
-    (what the store's checks found that does not stop reading)."""
+    world_size, ranks (list of rank dicts; an imported rank's ``trace_source`` and
+    ``trace``, one line of it: see :mod:`perfscope.store.kineto.formats`), tables
+    ({name: rows}) and integrity_warnings (what the store's checks found that does not
+    stop reading)."""
+    # (the importer's package: imported only when info runs)
+    from perfscope.store.kineto.formats import describe
+
     run = open_run(path)
     meta = run.meta
     tables = run.row_counts()  # reads (and so checks) every footer before the warnings are taken
@@ -32,7 +37,9 @@ def run_info(path: str) -> dict:
         "command": meta.get("command"),
         "world_size": meta.get("world_size"),
         "ranks": [
-            {k: r.get(k) for k in ("rank", "host", "pid", "local_rank", "status", "gpu", "clock_offset_ns", "dropped_events", "warnings") if k in r}
+            {**{k: r.get(k) for k in ("rank", "host", "pid", "local_rank", "status", "gpu", "clock_offset_ns", "dropped_events",
+                                      "warnings", "trace_source") if k in r},
+             **({"trace": describe(r["trace_source"])} if r.get("trace_source") else {})}
             for r in meta.get("ranks", [])
         ] or [{"rank": r} for r in run.ranks],
         "collectors": meta.get("collectors", []),

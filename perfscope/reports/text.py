@@ -242,6 +242,9 @@ def render_info_text(doc: dict[str, Any], *, width: int = 80, color: bool = Fals
             str((gpu.get("name") if isinstance(gpu, dict) else gpu) or "-"),
         )
     con.print(ranks)
+    for r in doc["ranks"]:
+        if r.get("trace"):
+            con.print(f"rank {r.get('rank')} trace: {r['trace']}", markup=False)
     tables = Table("table", "rows", title="tables")
     for name, n in doc["tables"].items():
         tables.add_row(name, f"{n:,}")

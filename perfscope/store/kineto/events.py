@@ -93,6 +93,13 @@ class Trace(msgspec.Struct, gc=False):
     traceName: Any = None  # noqa: N815
     host_name: Any = None
     perfscope: Any = None
+    # Provenance only (:func:`.formats.provenance`).
+    displayTimeUnit: Any = None  # noqa: N815
+    cupti_version: Any = None
+    cuda_runtime_version: Any = None
+    cuda_driver_version: Any = None
+    hip_runtime_version: Any = None
+    roctracer_version: Any = None
 
 
 # float_hook=str: float literals in untyped fields come back as their exact text.

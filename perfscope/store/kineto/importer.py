@@ -21,13 +21,14 @@ import pyarrow as pa
 
 from perfscope.errors import InputError, PerfscopeError, UsageError
 from perfscope.store.arrays import column, to_int
+from perfscope.store.kineto import formats
 from perfscope.store.kineto.builder import EventRankBuilder
 from perfscope.store.kineto.decode import iter_event_chunks
 from perfscope.store.kineto.events import Event, Trace
 from perfscope.store.kineto.exports import pid_owner, split_perfscope_export
 from perfscope.store.kineto.native import Rows
 from perfscope.store.kineto.native_tables import ColumnRankBuilder
-from perfscope.store.kineto.read import ReadTrace, read_trace
+from perfscope.store.kineto.read import ReadTrace, read_trace, read_trace_bytes
 from perfscope.store.kineto.tables import RankTables
 from perfscope.store.meta import (
     as_read_back,
@@ -274,13 +275,21 @@ def _import_trace(read: ReadTrace, path: Path, tmp: Path, result: ImportResult, 
         claims.claim(r, path)
     builders = _builders(read, groups, base, path)
     trace.traceEvents = None
+    built = {r: builders.pop(r).finish() for r, *_ in groups}
+    # Refuses a trace of events none of which became a row (UnrecognisedTraceError).
+    dropped = formats.check_import(path, [rt.tables for rt in built.values()], read.counts,
+                                   lambda: read_trace_bytes(path))
+    source = formats.provenance({f: getattr(trace, f) for f in trace.__struct_fields__ if f != "traceEvents"},
+                                read.counts)
     for r, _, props, dist, _ in groups:
-        rt = builders.pop(r).finish()
+        rt = built.pop(r)
+        if dropped:
+            rt.warnings.append(dropped)
         # As the writer stores them (what a background import's analysis reads).
         tables = stored_tables(_arrow_tables(rt.tables))
         result.rows[r] = {name: tables[name].num_rows if name in tables else 0 for name in rt.tables}
         result.warnings.extend(f"rank {r}: {w}" for w in rt.warnings)
-        info = _rank_info(trace, path, rt, props, dist, base)
+        info = {**_rank_info(trace, path, rt, props, dist, base), "trace_source": source}
         if background:
             result._staged.append((r, tables, info))  # written after the last file
         else:
