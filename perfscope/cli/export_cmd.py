@@ -2,6 +2,11 @@
 or as Kineto traces for TensorBoard's PyTorch profiler plugin."""
 from __future__ import annotations
 
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
 import click
 
 from perfscope.store.chrome import export_chrome
@@ -18,7 +23,7 @@ def export_group() -> None:
 @export_group.command(name="chrome")
 @click.argument("run", type=click.Path())
 @click.option("-o", "--output", "output", required=True, type=click.Path(dir_okay=False),
-              help="Trace file to write (.json, or .json.gz to compress).")
+              help="Trace file to write (.json, or .json.gz to compress; - writes JSON to stdout).")
 @_RANKS
 @click.option("--force", is_flag=True, help="Replace OUTPUT if it exists.")
 def chrome(run: str, output: str, ranks: tuple[int, ...], force: bool) -> None:
@@ -27,6 +32,15 @@ def chrome(run: str, output: str, ranks: tuple[int, ...], force: bool) -> None:
     One file holds every rank: per rank a GPU process (a lane per stream, plus
     synchronisation, annotations, collectives and one lane per NCCL channel) and a host
     process (steps, markers, API calls, host spans, NCCL proxy operations and steps)."""
+    if output == "-":
+        # The exporter writes a file (atomically, maybe compressed): stream it, and say the rest on stderr.
+        with tempfile.TemporaryDirectory(prefix="perfscope-export-") as tmp:
+            result = export_chrome(run, Path(tmp) / "trace.json", ranks=list(ranks) or None)
+            with open(result.path, "rb") as f:
+                shutil.copyfileobj(f, sys.stdout.buffer)
+            sys.stdout.flush()
+        click.echo(f"Wrote {result.events:,} events for rank(s) {', '.join(map(str, result.ranks))} to stdout.", err=True)
+        return
     result = export_chrome(run, output, ranks=list(ranks) or None, force=force)
     click.echo(f"Wrote {result.events:,} events for rank(s) {', '.join(map(str, result.ranks))} to {result.path}.")
     click.echo("Next: open it at https://ui.perfetto.dev (Open trace file) or in chrome://tracing")

@@ -101,6 +101,16 @@ def test_report_o_dash_prints_the_report(tmp_path: Path, monkeypatch: pytest.Mon
     assert code == 0 and json.loads(out)["run"]["run_id"] == open_run(RUN).meta["run_id"]
 
 
+def test_export_chrome_o_dash_writes_the_trace_to_stdout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    code, out, err = cli(capsys, "export", "chrome", RUN, "-o", "-")
+    assert code == 0, err
+    events = json.loads(out)["traceEvents"]
+    assert len(events) > 100 and "to stdout" in err
+    assert not (tmp_path / "-").exists()
+
+
 @pytest.mark.parametrize("command", [["info", RUN], ["doctor"]])
 def test_info_and_doctor_o(tmp_path: Path, command: list[Any], capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "out.json"
