@@ -31,7 +31,7 @@ _SECURITY_HEADERS = {
 # script by its hash; styles also inline, because plotly.js and the dropdowns insert
 # <style> elements at run time; images also as data: URLs (plotly draws heatmaps that way).
 _CSP = ("default-src 'none'; script-src 'self' {hashes}; style-src 'self' 'unsafe-inline'; "
-        "img-src 'self' data:; font-src 'self' data:; connect-src 'self'; base-uri 'none'; "
+        "img-src 'self' data:; connect-src 'self'; base-uri 'none'; "
         "form-action 'none'; frame-ancestors 'none'")
 
 
