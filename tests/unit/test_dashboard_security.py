@@ -125,8 +125,8 @@ def test_the_csp_hash_covers_the_pages_inline_script(runs: list[str]) -> None:
     import re
 
     r = _get(_client(runs), "127.0.0.1:8050")
-    page = re.sub(rb"<!--.*?-->", b"", r.data, flags=re.S)  # Dash's IE-only warning is in a comment
-    inline = re.findall(rb'<script(?![^>]*\bsrc=)(?![^>]*application/json)[^>]*>(.*?)</script>', page, re.S)
+    page = re.sub(rb"<!--.*?-->", b"", r.data, flags=re.DOTALL)  # Dash's IE-only warning is in a comment
+    inline = re.findall(rb'<script(?![^>]*\bsrc=)(?![^>]*application/json)[^>]*>(.*?)</script>', page, re.DOTALL)
     assert inline, "Dash's page has an inline start-up script"
     for script in inline:
         digest = base64.b64encode(hashlib.sha256(script).digest()).decode()
