@@ -6,8 +6,9 @@ measures what each one costs, in the script itself, while ``perfscope record`` w
 * ``loader``: ``time.sleep`` in the Dataset's ``__getitem__`` (num_workers=0); the cost is
   ``perf_counter`` around ``next(loader)``, the call perfscope's loader hook times.
   Bucket ``data_loading``; finding ``dataloader.workers``.
-* ``h2d`` / ``d2h``: one blocking copy between pageable host memory and the GPU; the cost is
-  ``perf_counter`` around the call (the host blocks until the copy is done).  The copy record
+* ``h2d`` / ``d2h``: one blocking copy between pageable host memory and the GPU
+  (``host.to(device)``; ``host_dst.copy_(device_tensor)`` into a preallocated tensor); the cost
+  is ``perf_counter`` around the call (the host blocks until the copy is done).  The copy record
   is ``pcie``, staging through the driver's bounce buffer with no copy running is a blocking
   copy, ``sync``: buckets ``pcie`` + ``sync``; finding ``copies.pageable``.
 * ``matmul``: float32 matrix products of known size then ``torch.cuda.synchronize()``; the
@@ -73,6 +74,9 @@ class Workload:
         n = int(spec.get("h2d", spec.get("d2h", 0)) * 2**20 / 4)
         self.host_buf = torch.randn(max(n, 1))  # pageable
         self.dev_buf = torch.randn(max(n, 1), device=self.dev)
+        # d2h copies into this: a fresh 128 MiB host tensor per step would add allocation
+        # and page faults (host work, measured ~4 ms) to what the copy is said to cost
+        self.host_dst = torch.empty_like(self.host_buf)
         self.a = torch.randn(4096, 4096, device=self.dev)
         self.b = torch.randn(4096, 4096, device=self.dev)
 
@@ -86,7 +90,7 @@ class Workload:
         if kind == "h2d":
             self.host_buf.to(self.dev)
         else:
-            self.dev_buf.cpu()
+            self.host_dst.copy_(self.dev_buf)
         return time.perf_counter() - t
 
     def _matmul(self, count: int) -> float:

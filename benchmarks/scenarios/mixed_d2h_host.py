@@ -1,4 +1,4 @@
-"""Mixed-cause ground truth: a 128 MiB pageable device-to-host copy (.cpu()) and 5 ms of Python work.
+"""Mixed-cause ground truth: a 128 MiB pageable device-to-host copy (into a preallocated tensor) and 5 ms of Python work.
 
 Sizes and the measured costs: see mixed_common.py; writes $MIXED_TRUTH.
 """

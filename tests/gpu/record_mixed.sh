@@ -6,8 +6,8 @@
 #   bash tests/gpu/record_mixed.sh
 set -u -o pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-root=$(pwd)
-scen=$(cd "$(dirname "$0")/../../benchmarks/scenarios" && pwd)
+top=$(cd "$(dirname "$0")/../.." && pwd)  # the repository, or the copy carried to the device
+scen=$top/benchmarks/scenarios
 raw=/tmp/mixed_raw; dst=/tmp/mixed; rm -rf "$raw" "$dst"; mkdir -p "$raw" "$dst"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu --format=csv,noheader
 for s in loader_h2d loader_matmul matmul_host d2h_host loader_h2d_matmul host_d2h_loader; do
@@ -15,7 +15,7 @@ for s in loader_h2d loader_matmul matmul_host d2h_host loader_h2d_matmul host_d2
   echo "== $(date -u +%T) record $n"
   (cd "$scen" && SCENARIO_STEPS=8 MIXED_TRUTH="$dst/$n.truth.json" timeout 150 \
     perfscope record -o "$raw/$n.perfscope" -- python3 "$n.py") 2>&1 | tail -3
-  python3 "$root/scripts/compact_run.py" "$raw/$n.perfscope" "$dst/$n.perfscope" --drop-raw
+  python3 "$top/scripts/compact_run.py" "$raw/$n.perfscope" "$dst/$n.perfscope" --drop-raw
   python3 -c "import json,sys; t=json.load(open(sys.argv[1])); print([(c['kind'], round(c['share']*100,1)) for c in t['components']], round(t['wall_ms'],1))" "$dst/$n.truth.json"
   perfscope analyze "$dst/$n.perfscope" 2>&1 | sed -n '/Median step/,/^└/p;/Top findings/,$p' | grep -v '^   ' | head -16
 done
