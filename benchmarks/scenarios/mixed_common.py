@@ -28,10 +28,9 @@ import json
 import os
 import time
 
+import common
 import torch
 from torch.utils.data import DataLoader, Dataset
-
-import common
 
 # component kind -> (buckets perfscope should put its time in, the finding it should raise)
 KINDS: dict[str, tuple[list[str], str | None]] = {

@@ -20,9 +20,9 @@ import json
 from pathlib import Path
 
 import pytest
-
 from perfscope.analyzers import analyze_run
-from perfscope.analyzers.result import BUCKET_COLUMNS
+from perfscope.analyzers.result import BUCKET_COLUMNS, Analysis
+
 from perfscope.store import open_run
 
 MIXED = Path(__file__).resolve().parents[1] / "data" / "h200" / "mixed"
@@ -60,7 +60,7 @@ def _truth(name: str) -> dict:
     return json.loads((MIXED / f"mixed_{name}.truth.json").read_text())
 
 
-def _analysis(name: str):
+def _analysis(name: str) -> Analysis:
     path = MIXED / f"mixed_{name}.perfscope"
     assert (path / "run.json").is_file(), f"committed fixture {path} is missing (check .gitignore)"
     return analyze_run(open_run(path))
