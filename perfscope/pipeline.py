@@ -37,7 +37,8 @@ class TraceImportWarning(UserWarning):
 
 
 def analyze(source: PathLike | Run | MemoryRun, config: AnalysisConfig | None = None, *, progress: Progress | None = None,
-            run_out: PathLike | None = None, force: bool = False) -> Analysis:
+            run_out: PathLike | None = None, force: bool = False, workers: int | None = None,
+            scheduler: str | None = None) -> Analysis:
     """Analyse a run: open it if it is a path, import it first if it is a Kineto trace file.
 
     Args:
@@ -48,22 +49,32 @@ def analyze(source: PathLike | Run | MemoryRun, config: AnalysisConfig | None = 
         progress: called with a short message before each stage.
         run_out: for a trace, the run directory to create (default :func:`default_run_dir`).
         force: for a trace, replace a run that exists at ``run_out``.
+        workers: run the per-rank passes on a local Dask cluster of this many worker
+            processes (:mod:`perfscope.distributed`); a run directory only.
+        scheduler: run them on the Dask cluster whose scheduler is at this address
+            (``tcp://HOST:8786``); the workers must see the run at the same path.
 
     Returns:
         the :class:`~perfscope.analyzers.result.Analysis` (see its docstring for every table).
 
     Raises:
         UsageError: ``run_out``/``force`` given for a run, no ``run_out`` and the trace's
-            folder is not writable, an invalid option, or a rank the run does not have.
+            folder is not writable, ``workers``/``scheduler`` for a trace or with Dask not
+            installed, an invalid option, or a rank the run does not have.
         InputError: a trace file that does not exist.
         PerfscopeError: whatever opening, importing (:func:`import_kineto`) or analysing
             (:func:`~perfscope.analyzers.analyze_run`) raises.
     """
+    distributed = workers is not None or scheduler is not None
     if not isinstance(source, (str, os.PathLike)):
         _refuse_run_options(source, run_out, force)
-        return analyze_run(source, config, progress=progress)
+        return _analyze_on_dask(source, config, progress, workers, scheduler) if distributed else \
+            analyze_run(source, config, progress=progress)
     path = os.fspath(source)
     if os.path.isfile(path):  # a run is a directory: a file is a trace to import
+        if distributed:
+            raise UsageError("--workers/--scheduler analyse a run directory, and a trace file is one rank; "
+                             "import traces first (`perfscope import kineto FILES -o DIR`), or analyse it without them")
         out = Path(run_out) if run_out is not None else default_run_dir(path)
         if run_out is None and not os.access(out.parent, os.W_OK):
             raise UsageError(f"cannot write the run beside the trace ({out.parent} is not writable); "
@@ -75,7 +86,19 @@ def analyze(source: PathLike | Run | MemoryRun, config: AnalysisConfig | None = 
     if not os.path.exists(path) and path.lower().endswith(TRACE_SUFFIXES):
         raise InputError(f"no such trace file: {path}")
     _refuse_run_options(path, run_out, force)
+    if distributed:
+        return _analyze_on_dask(path, config, progress, workers, scheduler)
     return analyze_run(open_run(path), config, progress=progress)
+
+
+def _analyze_on_dask(source: PathLike | Run | MemoryRun, config: AnalysisConfig | None, progress: Progress | None,
+                     workers: int | None, scheduler: str | None) -> Analysis:
+    """:func:`perfscope.distributed.analyze_on_dask` on a cluster made or reached for it."""
+    from perfscope.distributed import analyze_on_dask, dask_client
+
+    (config or AnalysisConfig()).check()  # a bad option must not cost starting a cluster
+    with dask_client(workers, scheduler) as client:
+        return analyze_on_dask(source, config, client=client, progress=progress)
 
 
 def _refuse_run_options(source: object, run_out: PathLike | None, force: bool) -> None:

@@ -35,7 +35,13 @@ PIPE_WIDTH = 160
               help="RUN is a trace: import it into DIR (default: beside the trace, named after it, e.g. "
                    "t.json.gz -> t.perfscope).")
 @click.option("--force", is_flag=True, help="RUN is a trace: replace the run at the output if there is one.")
-def analyze(run: str, fmt: str, config: AnalysisConfig, run_out: str | None, force: bool) -> None:
+@click.option("--workers", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Analyse the ranks in parallel on a local Dask cluster of N processes (needs perfscope[dask]).")
+@click.option("--scheduler", default=None, metavar="ADDRESS",
+              help="Analyse the ranks on the Dask cluster at ADDRESS (tcp://HOST:8786); its workers must see RUN "
+                   "at the same path (docs/scale.md).")
+def analyze(run: str, fmt: str, config: AnalysisConfig, run_out: str | None, force: bool, workers: int | None,
+            scheduler: str | None) -> None:
     """Break each step of RUN into compute/network/sync/pcie/data_loading/host and recommend changes.
 
     RUN is a run directory, or a PyTorch profiler (Kineto) trace file (.json or .json.gz):
@@ -43,6 +49,9 @@ def analyze(run: str, fmt: str, config: AnalysisConfig, run_out: str | None, for
     in one go; the run is kept for later commands (where is said on stderr). An existing
     run is not replaced without --force. Several trace files (one per rank) go through
     `perfscope import kineto FILES... -o DIR` first.
+
+    With --workers or --scheduler, each rank of RUN (a run directory) is read and analysed
+    by a Dask task, and only small per-rank summaries come back; the result is the same.
     """
     import perfscope
     from perfscope.pipeline import default_run_dir
@@ -50,7 +59,8 @@ def analyze(run: str, fmt: str, config: AnalysisConfig, run_out: str | None, for
 
     is_trace = os.path.isfile(run)
     with progress_reporter("importing and analysing" if is_trace else "analysing") as progress, import_warnings_on_stderr():
-        a = perfscope.analyze(run, config, progress=progress, run_out=run_out, force=force)
+        a = perfscope.analyze(run, config, progress=progress, run_out=run_out, force=force, workers=workers,
+                              scheduler=scheduler)
     if is_trace:
         out = run_out or default_run_dir(run)
         click.echo(f"perfscope: imported {run} into {out} (next time: perfscope analyze {shlex.quote(str(out))})", err=True)
