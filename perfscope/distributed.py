@@ -18,6 +18,7 @@ only when a cluster is asked for.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -29,13 +30,22 @@ from perfscope.analyzers.rank_pass import RankInputs, RankSummary, rank_summary
 from perfscope.analyzers.result import Analysis
 from perfscope.errors import InputError, UsageError
 from perfscope.store import Run, open_run
+from perfscope.store.meta import RUN_JSON
 
 CONNECT_TIMEOUT_S = 30
 
 
 def _rank_task(path: str, rank: int, inputs: RankInputs) -> RankSummary:
     """On a worker: open the run at ``path`` and return the summary of rank ``rank``."""
-    return rank_summary(open_run(path), rank, inputs)
+    stamp = os.stat(os.path.join(path, RUN_JSON)).st_mtime_ns
+    return rank_summary(_opened(path, stamp), rank, inputs)
+
+
+@functools.lru_cache(maxsize=2)
+def _opened(path: str, stamp: int) -> Run:
+    """The run at ``path``, opened once per worker process and ``run.json`` version
+    (``stamp``): opening lists every rank's part files, which would make N tasks cost N^2."""
+    return open_run(path)
 
 
 def dask_rank_map(client: Any, path: str | os.PathLike[str]) -> RankMap:
