@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from perfscope.analyzers.breakdown import EMPTY, breakdown
+from perfscope.analyzers.breakdown import EMPTY, breakdown, median_steps
 from perfscope.analyzers.classify import COMMUNICATION, codes_and_names
 from perfscope.analyzers.collectives import (
     analyze_collectives,
@@ -50,10 +50,10 @@ from perfscope.analyzers.rank_pass import (
     release_arrow_memory,
     with_collective_waits,
 )
-from perfscope.analyzers.result import BUCKET_COLUMNS, Analysis
+from perfscope.analyzers.result import Analysis
 from perfscope.analyzers.rules import RuleContext, evaluate_rules
 from perfscope.analyzers.steps import WINDOW_COLUMNS
-from perfscope.analyzers.stragglers import rank_stragglers
+from perfscope.analyzers.stragglers import rank_stragglers, reliable_matches
 
 from perfscope.errors import UsageError
 
@@ -115,16 +115,17 @@ def analyze_run(run: Any, config: AnalysisConfig | None = None, progress: Progre
     stragglers = rank_stragglers(coll, min_skew_ns=cfg.min_skew_ns)
 
     say("breaking steps into buckets")
-    steps = _bucket_steps(summaries, coll)
+    steps = _bucket_steps(summaries, coll, warnings)
 
     say("summarising GPU time")
     summary = summary_frame([s.gpu_summary for s in summaries if s.gpu_summary is not None])
 
     say("running rules")
+    sync_sites = [s.sync_sites for s in summaries if s.sync_sites is not None]
     ctx = RuleContext(
         steps=steps, gpu_summary=summary, kernels=kern, launch=launch, collectives=coll,
         stragglers=stragglers, copies=copies, meta=meta, world_size=world_size or len(all_ranks),
-        thresholds=dict(cfg.rule_thresholds),
+        thresholds=dict(cfg.rule_thresholds), sync_sites=_concat(sync_sites) if sync_sites else None,
     )
     recs = evaluate_rules(ctx)
     return Analysis(
@@ -250,10 +251,18 @@ def _match_collectives(coll_raw: pd.DataFrame | None, comm_kernels: list, names:
     return analyze_collectives(coll_src, world_size=world_size, clock=clock)
 
 
-def _bucket_steps(summaries: list[RankSummary], coll: pd.DataFrame) -> pd.DataFrame:
+def _bucket_steps(summaries: list[RankSummary], coll: pd.DataFrame, warnings: list[str]) -> pd.DataFrame:
     """``Analysis.steps``: every rank's swept windows, with the rank's exposed collective
-    waits (``wait_ns``) moved into ``sync`` (:func:`~.rank_pass.with_collective_waits`)."""
-    cw = split_by_rank(coll[coll["wait_ns"] > 0]) if len(coll) else {}
+    waits (``wait_ns``) moved into ``sync`` (:func:`~.rank_pass.with_collective_waits`);
+    waits of point-to-point matches that cannot be trusted are left out (a note in ``warnings``)."""
+    # An unreliable point-to-point match (by order, peers unknown) says nothing about waiting.
+    reliable = reliable_matches(coll)
+    doubtful = ~reliable & (coll["matched_ranks"] > 1).to_numpy(bool) if len(coll) else reliable
+    if doubtful.any():
+        warnings.append(f"{int(doubtful.sum())} point-to-point operations (Send/Recv/SendRecv) have no sequence number "
+                        "and peer that line up across ranks: who waits for whom there is unknown (no straggler claim, "
+                        "their time stays network)")
+    cw = split_by_rank(coll[(coll["wait_ns"] > 0).to_numpy(bool) & reliable]) if len(coll) else {}
     parts = []
     for s in summaries:  # ranks ascending, as breakdown() orders them
         c = cw.get(s.rank)
@@ -269,8 +278,8 @@ def _bucket_steps(summaries: list[RankSummary], coll: pd.DataFrame) -> pd.DataFr
     from perfscope.analyzers.steps import _empty
 
     steps = breakdown(_empty()[list(WINDOW_COLUMNS)], {})
-    steps["sync_calls"] = pd.Series(dtype="int64")
-    steps["post_sync_idle_ns"] = pd.Series(dtype="int64")
+    for col in ("sync_calls", "post_sync_idle_ns", "startup_api_ns"):
+        steps[col] = pd.Series(dtype="int64")
     return steps
 
 
@@ -281,18 +290,8 @@ def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
 
 
 def step_summary(steps: pd.DataFrame) -> pd.DataFrame:
-    """Median step per rank: ``rank``, ``steps``, ``wall_ns`` and the six bucket columns
-    (medians over the rank's steps, int ns), plus ``*_share`` of the median wall time."""
-    cols = ["wall_ns", *BUCKET_COLUMNS]
-    if steps is None or len(steps) == 0:
-        return pd.DataFrame(columns=["rank", "steps", *cols])
-    g = steps.groupby("rank", sort=True)
-    out = g[cols].median().round().astype("int64")
-    out.insert(0, "steps", g.size().astype("int64"))
-    out = out.reset_index()
-    for c in BUCKET_COLUMNS:
-        out[c.replace("_ns", "_share")] = (out[c] / out["wall_ns"].where(out["wall_ns"] > 0)).fillna(0.0)
-    return out
+    """Median step per rank, with its own breakdown: :func:`~.breakdown.median_steps`."""
+    return median_steps(steps)
 
 
 __all__ = ["COLUMNS", "RankMap", "analyze_run", "step_summary"]

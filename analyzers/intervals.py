@@ -112,6 +112,26 @@ def coverage(bounds: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.nda
     return np.cumsum(diff[:n])
 
 
+def covered_ns(ws: np.ndarray, we: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Per window ``[ws[i], we[i])``: the ns the union of the intervals covers inside it.
+
+    Returns:
+        an int64 array aligned with the windows.
+    """
+    ms, me = merge(as_i64(starts), as_i64(ends))
+    ws, we = as_i64(ws), as_i64(we)
+    if ms.size == 0:
+        return np.zeros(ws.size, I64)
+    cum = np.concatenate([[0], np.cumsum(me - ms)])
+
+    def before(t: np.ndarray) -> np.ndarray:  # union length before t
+        k = np.searchsorted(ms, t, side="right")
+        over = np.where(k > 0, np.maximum(me[np.maximum(k - 1, 0)] - t, 0), 0)
+        return cum[k] - over
+
+    return np.maximum(before(np.maximum(we, ws)) - before(ws), 0)
+
+
 def clip(starts: np.ndarray, ends: np.ndarray, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
     """Clip intervals to ``[lo, hi)`` and drop those left empty."""
     s = np.maximum(as_i64(starts), lo)
@@ -120,7 +140,7 @@ def clip(starts: np.ndarray, ends: np.ndarray, lo: int, hi: int) -> tuple[np.nda
     return s[keep], e[keep]
 
 
-__all__ = ["as_i64", "filled_i64", "stable_argsort", "merge", "union_length", "coverage", "clip", "split_by_rank", "as_key", "lookup", "KeyIndex", "launch_of"]
+__all__ = ["as_i64", "filled_i64", "stable_argsort", "merge", "union_length", "coverage", "covered_ns", "clip", "split_by_rank", "as_key", "lookup", "KeyIndex", "launch_of"]
 
 
 def split_by_rank(df):  # noqa: ANN001, ANN201 - pandas types, kept import-light

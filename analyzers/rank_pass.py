@@ -39,6 +39,7 @@ try:
 except ImportError:  # another pyarrow layout: they are imported on first use instead
     pass
 
+from perfscope.analyzers.api_calls import blocking_calls, blocking_sites, startup_calls
 from perfscope.analyzers.breakdown import (
     EMPTY,
     Intervals,
@@ -64,26 +65,27 @@ from perfscope.analyzers.intervals import (
     KeyIndex,
     as_i64,
     as_key,
+    covered_ns,
     filled_i64,
     merge,
 )
 from perfscope.analyzers.kernels import launch_row, top_kernels
 from perfscope.analyzers.steps import rank_windows
+
 from perfscope.store.reader import Coded
 
 COLUMNS: dict[str, list[str]] = {
     "kernels": ["rank", "start_ns", "dur_ns", "correlation", "name"],
     "memcpy": ["rank", "start_ns", "dur_ns", "correlation", "copy_kind", "bytes", "pageable"],
     "memset": ["rank", "start_ns", "dur_ns", "correlation"],
-    "sync": ["rank", "start_ns", "dur_ns", "sync_kind"],
+    "sync": ["rank", "start_ns", "dur_ns", "sync_kind", "stream", "correlation"],
     "api": ["rank", "start_ns", "dur_ns", "correlation", "name"],
     "markers": ["rank", "start_ns", "dur_ns", "name", "device"],
     "steps": ["rank", "step", "start_ns", "dur_ns", "name", "source"],
     "host": ["rank", "start_ns", "dur_ns", "kind", "name"],
-    "collectives": ["rank", "start_ns", "dur_ns", "enqueue_ns", "comm_id", "seq", "func", "bytes", "nranks", "correlation", "kernel_name"],
+    "collectives": ["rank", "start_ns", "dur_ns", "enqueue_ns", "comm_id", "seq", "func", "bytes", "nranks", "correlation", "kernel_name", "peer"],
 }
 HOST_SYNC_KINDS = ("barrier", "collective_wait", "sync_wait")
-SYNC_API_RE = re.compile(r"(?i)synchronize")
 DATALOADER_NAME_RE = re.compile(r"enumerate\((?:DataLoader|DataPipe)\)#.*__next__")
 PCIE_MEMORY_KERNEL_RE = re.compile(r"(?i)HtoD|DtoH|HtoH|PtoP|H2D|D2H")
 _PCIE_WORDS = ("htod", "dtoh", "htoh", "ptop", "h2d", "d2h")
@@ -324,6 +326,8 @@ class RankSummary:
             ``copy_kinds``; ``len(copy_kinds)`` for a null kind); None without copies.
         copy_kinds: its copy kinds in order of first appearance.
         step_warnings: what finding its steps has to tell the user.
+        sync_sites: where its blocking calls come from (:func:`~.api_calls.blocking_sites`:
+            per call and call site, count and time); None without blocking calls.
     """
 
     rank: int
@@ -337,6 +341,7 @@ class RankSummary:
     copies: pd.DataFrame | None
     copy_kinds: list[str]
     step_warnings: list[str]
+    sync_sites: pd.DataFrame | None = None
 
     def nbytes(self) -> int:
         """Size of the summary pickled (what crosses from a worker to the client), bytes."""
@@ -378,7 +383,7 @@ def rank_summary(run: Any, r: int, inputs: RankInputs) -> RankSummary:
     step_warnings: list[str] = []
     win = rank_windows(r, t["steps"], t["markers"], t["host"], api, gpu, step_warnings,
                        step_pattern=cfg.step_pattern, extend_to_gpu=cfg.extend_steps_to_gpu)
-    row = summary_row(r, gpu, api, t["steps"], cfg.hta_compat, cfg.hta_compat, base_ns) if gpu["start_ns"].size else None
+    row = summary_row(r, gpu, api, t["steps"], cfg.hta_compat, cfg.hta_compat, base_ns, t["sync"]) if gpu["start_ns"].size else None
     kern = launch_stats = comm_kernels = copies = None
     if n_k:
         kern = _top_candidates(top_kernels(k, kinds, top_n=None), cfg.top_kernels)
@@ -389,22 +394,26 @@ def rank_summary(run: Any, r: int, inputs: RankInputs) -> RankSummary:
             comm_kernels = (k["rank"][comm], k["start_ns"][comm], k["dur_ns"][comm], k["name"].codes[comm])
     if n_rows(t["memcpy"]):
         copies = copy_summary(t["memcpy"], copy_kinds.recode(t["memcpy"]["copy_kind"]), with_codes=True)
-    layers = _layers(t, gpu, n_api)
+    a_sync = blocking_calls(api, t["memcpy"]) if n_api else None
+    sync_sites = blocking_sites(r, api, a_sync, t["markers"]) if a_sync is not None and a_sync.any() else None
+    layers = _layers(t, gpu, a_sync)
     del t, gpu, k, api
     steps, wait_layers = None, {}
     if win is not None:
         steps = _steps_rows(win, layers)
         spans = merge(*_cat([layers["comm"], inputs.coll_spans]))
         if spans[0].size:
-            wait_layers = {name: intersect(merge(*iv), spans) for name, iv in layers.items()}
+            wait_layers = {name: intersect(merge(*iv), spans) for name, iv in layers.items() if name != "startup"}
     return RankSummary(rank=int(r), steps=steps, wait_layers=wait_layers, gpu_summary=row, kernels=kern,
                        kernel_names=list(names.names), launch=launch_stats, comm_kernels=comm_kernels, copies=copies,
-                       copy_kinds=list(copy_kinds.names), step_warnings=step_warnings)
+                       copy_kinds=list(copy_kinds.names), step_warnings=step_warnings, sync_sites=sync_sites)
 
 
-def _layers(t: dict[str, Columns], gpu: dict[str, np.ndarray], n_api: int) -> dict[str, Intervals]:
+def _layers(t: dict[str, Columns], gpu: dict[str, np.ndarray], a_sync: np.ndarray | None) -> dict[str, Intervals]:
     """One rank's activity layers (:data:`~.breakdown.LAYERS` but ``comm_wait``) from its
-    tables ``t`` and GPU events ``gpu`` (:func:`_gpu_events`)."""
+    tables ``t``, GPU events ``gpu`` (:func:`_gpu_events`) and blocking API calls ``a_sync``
+    (:func:`~.api_calls.blocking_calls`; None without API calls), and ``startup``, its
+    start-up calls (not a sweep layer: ``startup_api_ns``)."""
     # Host spans that block on others (syncs, barriers) and data-loader waits: the host
     # hook's dataloader_wait spans, and (imported traces) "enumerate(DataLoader)#...__next__".
     host, markers, api = t["host"], t["markers"], t["api"]
@@ -413,7 +422,6 @@ def _layers(t: dict[str, Columns], gpu: dict[str, np.ndarray], n_api: int) -> di
         h_kind = name_values(host["kind"])
         h_dl = (h_kind == "dataloader_wait") | name_matches(host["name"], DATALOADER_NAME_RE)
         h_sync = np.isin(h_kind, HOST_SYNC_KINDS)
-    a_sync = name_matches(api["name"], SYNC_API_RE) if n_api else None
     m_dl = name_matches(markers["name"], DATALOADER_NAME_RE) if n_rows(markers) else None
     glayer = gpu["layer"]
     g = gpu if gpu["start_ns"].size else None
@@ -424,6 +432,7 @@ def _layers(t: dict[str, Columns], gpu: dict[str, np.ndarray], n_api: int) -> di
         "pcie": merge(*_ivs(g, glayer == LAYER_PCIE, "end_ns")),
         "host_sync": _cat([_ivs(t["sync"]), _ivs(host, h_sync), _ivs(api, a_sync)]),
         "dataloader": _cat([_ivs(host, h_dl), _ivs(markers, m_dl)]),
+        "startup": merge(*_ivs(api, startup_calls(api) if n_rows(api) else None)),
     }
 
 
@@ -477,7 +486,8 @@ def with_collective_waits(summary: RankSummary, wait: Intervals) -> pd.DataFrame
 def _steps_rows(w: dict[str, np.ndarray], layers: dict[str, tuple[np.ndarray, np.ndarray]]) -> pd.DataFrame:
     """One rank's rows of ``Analysis.steps``: its windows ``w`` (ordered by ``start_ns`` as
     :func:`~.breakdown.by_rank_sorted` orders them) with the bucket columns of its
-    ``layers`` (plus ``comm_wait``), ``sync_calls`` and ``post_sync_idle_ns``."""
+    ``layers`` (plus ``comm_wait``), ``sync_calls``, ``post_sync_idle_ns`` and
+    ``startup_api_ns`` (time under start-up calls)."""
     order = w["start_ns"].argsort(kind="quicksort")  # numpy's default sort, as sort_values: ties alike
     if (order != np.arange(order.size)).any():
         w = {c: v[order] for c, v in w.items()}
@@ -485,7 +495,8 @@ def _steps_rows(w: dict[str, np.ndarray], layers: dict[str, tuple[np.ndarray, np
     busy = merge(*_cat([layers["compute"], layers["comm"], layers["pcie"]]))
     # One sync is often seen twice (CUPTI's sync record and the runtime call): merge.
     calls, idle = post_sync_idle_columns(ws, we, busy, merge(*layers["host_sync"]))
-    return pd.DataFrame({**w, **bucket_columns(ws, we, layers), "sync_calls": calls, "post_sync_idle_ns": idle})
+    return pd.DataFrame({**w, **bucket_columns(ws, we, layers), "sync_calls": calls, "post_sync_idle_ns": idle,
+                         "startup_api_ns": covered_ns(ws, we, *layers.get("startup", EMPTY))})
 
 
 

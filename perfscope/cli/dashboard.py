@@ -56,6 +56,16 @@ def make_server(runs: list[str], host: str, port: int, config: AnalysisConfig | 
     return server, app
 
 
+def quiet_requests(quiet: bool = True) -> None:
+    """Keep werkzeug's one log line per HTTP request off stderr (``quiet``), or show them.
+
+    werkzeug logs each request at INFO on its ``werkzeug`` logger and, when that logger has
+    no level, sets INFO itself; a level set here wins over that."""
+    import logging
+
+    logging.getLogger("werkzeug").setLevel(logging.WARNING if quiet else logging.INFO)
+
+
 def _check_bindable(host: str, port: int) -> None:
     """Raise UsageError if ``host:port`` cannot be bound (werkzeug would exit the process)."""
     import socket
@@ -79,13 +89,15 @@ def _check_bindable(host: str, port: int) -> None:
               help="Address to listen on. Anything but loopback exposes the traces to the network.")
 @click.option("--port", default=8050, show_default=True, type=click.IntRange(0, 65535),
               help="Port to listen on (0: any free port).")
+@click.option("-v", "--verbose", is_flag=True, help="Log every HTTP request on stderr.")
 @analysis_options
-def dashboard(runs: tuple[str, ...], host: str, port: int, config: AnalysisConfig) -> None:
+def dashboard(runs: tuple[str, ...], host: str, port: int, verbose: bool, config: AnalysisConfig) -> None:
     """Serve the web dashboard for RUNS (one or more run directories) until Ctrl-C.
 
     With two or more runs the Compare tab compares them. Only the runs named here are
     served. --step-pattern and --ranks apply to every run.
     """
+    quiet_requests(not verbose)
     server, _ = make_server(list(runs), host, port, config)
     shown = f"[{host}]" if ":" in host else host
     url = f"http://{shown}:{server.server_port}/"

@@ -1,10 +1,17 @@
-"""``perfscope info RUN [--json]``: a run's metadata and row counts."""
+"""``perfscope info RUN [--format text|json] [-o FILE]``: a run's metadata and row counts."""
 from __future__ import annotations
 
 import json
 
 import click
 
+from perfscope.cli.options import (
+    emit,
+    format_option,
+    output_option,
+    output_target,
+    text_style,
+)
 from perfscope.store import open_run
 
 
@@ -36,15 +43,16 @@ def run_info(path: str) -> dict:
 
 @click.command(name="info")
 @click.argument("run", type=click.Path())
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
-def info(run: str, as_json: bool) -> None:
+@format_option(("text", "json"), "text", "text (tables) or json (one document).", json_alias=True)
+@output_option("the info")
+def info(run: str, fmt: str, output: str | None, force: bool) -> None:
     """Show RUN's metadata, ranks and row counts per table."""
+    target = output_target(output, force=force)
     doc = run_info(run)
-    if as_json:
-        click.echo(json.dumps(doc, indent=2, default=str))
+    if fmt == "json":
+        emit(json.dumps(doc, indent=2, default=str) + "\n", target)
         return
-    from perfscope.cli.options import stdout_style
-    from perfscope.reports.text import render_info_text
+    from perfscope.reports.text import NATURAL_WIDTH, render_info_text
 
-    color, width = stdout_style(80)
-    click.echo(render_info_text(doc, width=width, color=color), nl=False)
+    color, width = text_style(target, NATURAL_WIDTH)
+    emit(render_info_text(doc, width=width, color=color), target)

@@ -87,6 +87,20 @@ def test_a_trace_file_or_a_run_in_memory_is_refused_with_what_to_do(tmp_path: Pa
         result.wait()
 
 
+def test_traces_whose_run_is_reused_go_to_the_cluster(client: Any, tmp_path: Path) -> None:
+    import shutil
+
+    for name in ("ddp_rank0.json.gz", "ddp_rank1.json.gz"):
+        shutil.copy(DATA / "kineto" / name, tmp_path / name)
+    files = [tmp_path / "ddp_rank0.json.gz", tmp_path / "ddp_rank1.json.gz"]
+    out = tmp_path / "ddp.perfscope"
+    with pytest.raises(UsageError, match="import traces first"):
+        perfscope.analyze(files, run_out=out, scheduler=client.scheduler.address)
+    assert not out.exists()
+    want = _doc(perfscope.analyze(files, run_out=out))  # imports them
+    assert _doc(perfscope.analyze(files, run_out=out, scheduler=client.scheduler.address)) == want
+
+
 def test_dask_client_takes_workers_or_a_scheduler() -> None:
     for kwargs in ({}, {"workers": 2, "scheduler": "tcp://127.0.0.1:1"}):
         with pytest.raises(UsageError, match="either"), dask_client(**kwargs):

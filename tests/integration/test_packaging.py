@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = ROOT / "tests" / "data" / "kineto" / "ddp_rank0.json.gz"
 #: The native libraries a wheel built with a compiler holds (plain ``.so`` names).
 NATIVE = {"perfscope/collectors/nccl/libperfscope_nccl.so", "perfscope/collectors/cupti/_sink.so",
-          "perfscope/store/_kineto_filter.so"}
+          "perfscope/store/kineto/_libkineto.so"}
 #: Optional dependencies hidden in the sdist's venv.
 HIDDEN = ("dash", "isal")
 

@@ -142,6 +142,8 @@ def import_kineto(
         if not p.exists():
             raise InputError(f"no such file: {p}")
     sizes = [p.stat().st_size if p.is_file() else 0 for p in paths]
+    # Taken before reading: a file changed during the import then no longer matches.
+    sources = [source_identity(p) for p in paths]
     total = sum(sizes) or 1
     done = 0
     result = ImportResult(path=out)
@@ -167,7 +169,7 @@ def import_kineto(
             _import_trace(read, path, tmp, result, claims, background=background)
             del read
             done += size
-        run_json = _complete_run(tmp, paths, result, claims)
+        run_json = _complete_run(tmp, paths, result, claims, sources)
         if progress:
             progress("writing run", total, total)
         if background:
@@ -311,17 +313,28 @@ def _rank_info(trace: Trace, path: Path, rt: RankTables, props: Any, dist: Any, 
     }
 
 
-def _complete_run(tmp: Path, paths: list[Path], result: ImportResult, claims: _RankClaims) -> dict[str, Any]:
-    """Mark the run in ``tmp`` complete, with its world size and notes; return its run.json."""
+def source_identity(path: PathLike) -> dict[str, Any]:
+    """What identifies an imported file in ``run.json``'s ``sources``: its absolute
+    ``path``, ``size`` (bytes) and ``mtime_ns``; a file that still matches all three is
+    taken as unchanged (``perfscope analyze TRACE`` then reuses the run)."""
+    p = Path(path).resolve()
+    st = p.stat()
+    return {"path": str(p), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
+def _complete_run(tmp: Path, paths: list[Path], result: ImportResult, claims: _RankClaims,
+                  sources: list[dict[str, Any]]) -> dict[str, Any]:
+    """Mark the run in ``tmp`` complete, with its world size, notes and ``sources`` (see
+    :func:`source_identity`); return its run.json."""
     seen = claims.seen
     if claims.guessed:
         if len(paths) == 1:
-            result.warnings.append(f"{paths[0].name} has no distributedInfo.rank; imported as rank {seen and min(seen)} (pass --rank to choose)")
+            result.warnings.append(f"{paths[0].name} has no distributedInfo.rank; imported as rank {seen and min(seen)} (choose it with `perfscope import kineto --rank N`, or rank=N)")
         else:
             result.warnings.append("no distributedInfo.rank in " + ", ".join(claims.guessed) + " (ranks given in file order)")
     world = max(claims.world_sizes) if claims.world_sizes else None
     world = max(world or 0, len(seen), (max(seen) + 1) if seen else 0)
-    return update_run(tmp, status="complete", world_size=world,
+    return update_run(tmp, status="complete", world_size=world, sources=sources,
                       notes=[f"imported from {p}" for p in paths] + result.warnings, durable=False)
 
 
