@@ -39,7 +39,8 @@ class TraceImportWarning(UserWarning):
 
 
 def analyze(source: PathLike | Sequence[PathLike] | RunLike, config: AnalysisConfig | None = None, *,
-            progress: Progress | None = None, run_out: PathLike | None = None, force: bool = False) -> Analysis:
+            progress: Progress | None = None, run_out: PathLike | None = None, force: bool = False,
+            workers: int | None = None, scheduler: str | None = None) -> Analysis:
     """Analyse a run: open it if it is a path, import it first if it is made of Kineto traces.
 
     Args:
@@ -54,27 +55,40 @@ def analyze(source: PathLike | Sequence[PathLike] | RunLike, config: AnalysisCon
         run_out: for traces, the run directory (default
             :func:`~perfscope.trace_sources.default_run_dir`).
         force: for traces, import again and replace the run at ``run_out``.
+        workers: run the per-rank passes on a local Dask cluster of this many worker
+            processes (:mod:`perfscope.distributed`); a run directory (or a reused import) only.
+        scheduler: run them on the Dask cluster whose scheduler is at this address
+            (``tcp://HOST:8786``); the workers must see the run at the same path.
 
     Returns:
         the :class:`~perfscope.analyzers.result.Analysis` (see its docstring for every table).
 
     Raises:
         UsageError: ``run_out``/``force`` given for a run, no ``run_out`` and the traces'
-            folder is not writable, an invalid option, or a rank the run does not have.
+            folder is not writable, ``workers``/``scheduler`` for traces still to import
+            or with Dask not installed, an invalid option, or a rank the run does not have.
         InputError: a trace file that does not exist.
         RunExistsError: ``run_out`` holds a run of other or changed files (and no ``force``).
         PerfscopeError: whatever opening, importing (:func:`import_kineto`) or analysing
             (:func:`~perfscope.analyzers.analyze_run`) raises.
     """
+    distributed = workers is not None or scheduler is not None
     if not isinstance(source, (str, os.PathLike, list, tuple)):  # an open run (a RunLike)
         _refuse_run_options(source, run_out, force)
-        return analyze_run(cast("RunLike", source), config, progress=progress)
+        run = cast("RunLike", source)
+        return _analyze_on_dask(run, config, progress, workers, scheduler) if distributed else \
+            analyze_run(run, config, progress=progress)
     plan = plan_trace_import(source, run_out, force=force)
-    if plan is None:
-        _refuse_run_options(source, run_out, force)
-        return analyze_run(open_run(os.fspath(source)), config, progress=progress)  # type: ignore[arg-type]
-    if plan.reuse:
-        return analyze_run(open_run(plan.out), config, progress=progress)
+    if plan is None or plan.reuse:
+        if plan is None:
+            _refuse_run_options(source, run_out, force)
+        path = os.fspath(source) if plan is None else plan.out  # type: ignore[arg-type]
+        return _analyze_on_dask(path, config, progress, workers, scheduler) if distributed else \
+            analyze_run(open_run(path), config, progress=progress)
+    if distributed:  # the workers open the run by its path, and these traces have none yet
+        raise UsageError("--workers/--scheduler analyse a run directory, and these traces are still to import: "
+                         "import traces first (`perfscope import kineto FILES -o DIR`, or `perfscope analyze` them "
+                         "once without --workers/--scheduler), then analyse the run")
     if run_out is None and not os.access(plan.out.parent, os.W_OK):
         raise UsageError(f"cannot write the run beside the traces ({plan.out.parent} is not writable); "
                          "choose where with run_out (--run-out DIR)")
@@ -82,6 +96,16 @@ def analyze(source: PathLike | Sequence[PathLike] | RunLike, config: AnalysisCon
     for w in result.warnings:
         warnings.warn(w, TraceImportWarning, stacklevel=2)
     return analysis
+
+
+def _analyze_on_dask(source: PathLike | RunLike, config: AnalysisConfig | None, progress: Progress | None,
+                     workers: int | None, scheduler: str | None) -> Analysis:
+    """:func:`perfscope.distributed.analyze_on_dask` on a cluster made or reached for it."""
+    from perfscope.distributed import analyze_on_dask, dask_client
+
+    (config or AnalysisConfig()).check()  # a bad option must not cost starting a cluster
+    with dask_client(workers, scheduler) as client:
+        return analyze_on_dask(source, config, client=client, progress=progress)
 
 
 def _refuse_run_options(source: object, run_out: PathLike | None, force: bool) -> None:

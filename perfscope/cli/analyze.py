@@ -43,8 +43,13 @@ PIPE_WIDTH = 160
 @click.option("--run-out", default=None, type=click.Path(file_okay=False), metavar="DIR",
               help="SOURCE is traces: import them into DIR (default: beside them, named after them, e.g. "
                    "t.json.gz -> t.perfscope, logs/ -> logs.perfscope).")
+@click.option("--workers", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Analyse the ranks in parallel on a local Dask cluster of N processes (needs perfscope[dask]).")
+@click.option("--scheduler", default=None, metavar="ADDRESS",
+              help="Analyse the ranks on the Dask cluster at ADDRESS (tcp://HOST:8786); its workers must see the run "
+                   "at the same path (docs/scale.md).")
 def analyze(sources: tuple[str, ...], fmt: str, output: str | None, force: bool, show_steps: bool,
-            config: AnalysisConfig, run_out: str | None) -> None:
+            config: AnalysisConfig, run_out: str | None, workers: int | None, scheduler: str | None) -> None:
     """Break each step of a run into compute/network/sync/pcie/data_loading/host and recommend changes.
 
     SOURCE is a run directory, or PyTorch profiler (Kineto) traces (.json or .json.gz): one
@@ -53,6 +58,10 @@ def analyze(sources: tuple[str, ...], fmt: str, output: str | None, force: bool,
     as `perfscope import kineto` does, and analysed in one go; the run is kept for later
     commands (where is said on stderr), and the next `analyze` of the same unchanged
     traces reuses it.  --force imports again, replacing the run, and replaces -o FILE.
+
+    With --workers or --scheduler, each rank of the run (a run directory, or traces'
+    reused run) is read and analysed by a Dask task, and only small per-rank summaries
+    come back; the result is the same.
 
     \b
     Examples:
@@ -71,7 +80,8 @@ def analyze(sources: tuple[str, ...], fmt: str, output: str | None, force: bool,
     target = output_target(output, force=force)
     label = "analysing" if plan is None or plan.reuse else "importing and analysing"
     with progress_reporter(label) as progress, import_warnings_on_stderr():
-        a = perfscope.analyze(source, config, progress=progress, run_out=run_out, force=force and plan is not None)
+        a = perfscope.analyze(source, config, progress=progress, run_out=run_out, force=force and plan is not None,
+                              workers=workers, scheduler=scheduler)
     if plan is not None:
         _say_where(plan)
     if fmt == "json":
