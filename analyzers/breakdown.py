@@ -240,8 +240,35 @@ def breakdown(windows: pd.DataFrame, layers_by_rank: Mapping[int, Mapping[str, I
     return parts[0] if len(parts) == 1 else pd.concat(parts, ignore_index=True)
 
 
+def median_steps(steps: pd.DataFrame) -> pd.DataFrame:
+    """The median step of each rank with its own breakdown, so a row adds up: taking each
+    column's own median instead gives rows that sum to more (or less) than their wall time.
+
+    The median step is the one of median wall time (the lower of the two middle ones for an
+    even count; the earlier step on ties).
+
+    Returns:
+        one row per rank (ascending): ``rank``, ``steps`` (the rank's step count), ``step``
+        (the median step's number), ``wall_ns`` and the six bucket columns (int64 ns, summing
+        to ``wall_ns``), then ``*_share`` of ``wall_ns`` per bucket (0 for an empty step).
+    """
+    cols = ["wall_ns", *BUCKET_COLUMNS]
+    if steps is None or len(steps) == 0:
+        return pd.DataFrame(columns=["rank", "steps", "step", *cols])
+    rows = []
+    for rank, w in steps.groupby("rank", sort=True):
+        tie = w["start_ns"].to_numpy() if "start_ns" in w.columns else np.arange(len(w))
+        order = np.lexsort((tie, w["wall_ns"].to_numpy()))
+        m = w.iloc[int(order[(len(order) - 1) // 2])]
+        rows.append({"rank": rank, "steps": len(w), "step": int(m["step"]), **{c: int(m[c]) for c in cols}})
+    out = pd.DataFrame(rows).astype("int64")
+    for c in BUCKET_COLUMNS:
+        out[c.replace("_ns", "_share")] = (out[c] / out["wall_ns"].where(out["wall_ns"] > 0)).fillna(0.0)
+    return out
+
+
 __all__ = ["LAYERS", "EXTRA_COLUMNS", "BUCKETS", "label_segments", "bucket_columns", "breakdown_rank", "breakdown",
-           "by_rank_sorted", "post_sync_idle", "post_sync_idle_columns", "with_columns"]
+           "by_rank_sorted", "median_steps", "post_sync_idle", "post_sync_idle_columns", "with_columns"]
 
 
 def post_sync_idle(

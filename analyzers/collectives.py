@@ -44,6 +44,7 @@ SIZE_TIMES_N = frozenset({"AllGather", "ReduceScatter"})
 COLUMNS: tuple[str, ...] = (
     "rank", "comm_id", "seq", "func", "bytes", "nranks", "start_ns", "dur_ns", "transfer_ns",
     "algbw_gbps", "busbw_gbps", "arrival_ns", "arrival_skew_ns", "wait_ns", "matched_ranks", "last_rank", "match_key",
+    "peer",
 )
 
 
@@ -111,7 +112,7 @@ def _normalized(coll: pd.DataFrame) -> pd.DataFrame:
     (the GPU start, else the enqueue time; rows with neither dropped), ``start_ns`` and
     ``dur_ns`` as int64 ns."""
     df = coll.copy().reset_index(drop=True)
-    for c in ("enqueue_ns", "comm_id", "seq", "func", "bytes", "nranks"):
+    for c in ("enqueue_ns", "comm_id", "seq", "func", "bytes", "nranks", "peer"):
         if c not in df.columns:
             df[c] = pd.NA
     df["func"] = normalize_func(df["func"]).to_numpy()
@@ -213,6 +214,7 @@ def _add_bandwidth(df: pd.DataFrame, world_size: int | None) -> None:
     df["busbw_gbps"] = algbw * bus_factor(df["func"], n)
     df["bytes"] = pd.to_numeric(df["bytes"], errors="coerce").astype("Int64")
     df["seq"] = pd.to_numeric(df["seq"], errors="coerce").astype("Int64")
+    df["peer"] = pd.to_numeric(df["peer"], errors="coerce").astype("Int64")  # point-to-point matches are checked on it
 
 
 _KERNEL_FUNC = re.compile(r"(?i)(AllReduce|AllGather|ReduceScatter|Broadcast|Reduce|AllToAll|SendRecv|Send|Recv)")

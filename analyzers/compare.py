@@ -165,8 +165,7 @@ def compare_runs(
     metric = normalize_metric(metric)
     _check_settings(max_regression, min_steps, n_boot, confidence)
     gate = _Gate(metric, max_regression, min_steps, n_boot, confidence, seed)
-    base_steps = _usable_steps(base.steps, "base")
-    new_steps = _usable_steps(new.steps, "new")
+    base_steps, new_steps = _usable_steps(base.steps, "base"), _usable_steps(new.steps, "new")
     metrics, warnings = _metrics_compared(metric, base_steps, new_steps)
     cols = [METRIC_COLUMNS[m] for m in metrics]
     common = _common_ranks(base_steps, new_steps, warnings) if per_rank else []
@@ -178,8 +177,7 @@ def compare_runs(
     warnings += _verdict_warnings(gating, metric, min_steps, max_regression)
     warnings += _compatibility_warnings(base, new, base_steps, new_steps)
 
-    base_ids = {r.id for r in base.recommendations}
-    new_ids = {r.id for r in new.recommendations}
+    added, resolved = _recommendation_changes(base, new)
     samples = pd.concat(
         [pooled_b.assign(side="base"), pooled_n.assign(side="new")], ignore_index=True
     )[["side", "step", *cols]]
@@ -196,8 +194,8 @@ def compare_runs(
         rows=table,
         kernels=kernel_changes(base.kernels, new.kernels, _rank_steps(base_steps), _rank_steps(new_steps), top=top),
         collectives=collective_changes(base.collectives, new.collectives, _rank_steps(base_steps), _rank_steps(new_steps), top=top),
-        new_recommendations=tuple(r for r in new.recommendations if r.id not in base_ids),
-        resolved_recommendations=tuple(sorted(base_ids - new_ids)),
+        new_recommendations=added,
+        resolved_recommendations=resolved,
         samples=samples,
         warnings=tuple(dict.fromkeys(warnings)),
         base_label=base_label or str(base.meta.get("run_id") or "base"),
@@ -205,6 +203,14 @@ def compare_runs(
         base_info=_run_info(base, base_steps),
         new_info=_run_info(new, new_steps),
     )
+
+
+def _recommendation_changes(base: Analysis, new: Analysis) -> tuple[tuple[Recommendation, ...], tuple[str, ...]]:
+    """Return (NEW's recommendations whose rule did not fire on BASE, the ids of BASE's
+    recommendations that NEW no longer has, sorted)."""
+    base_ids = {r.id for r in base.recommendations}
+    new_ids = {r.id for r in new.recommendations}
+    return tuple(r for r in new.recommendations if r.id not in base_ids), tuple(sorted(base_ids - new_ids))
 
 
 @dataclass(frozen=True)

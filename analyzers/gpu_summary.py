@@ -1,7 +1,9 @@
 """Whole-span GPU summary per rank, defined exactly as Holistic Trace Analysis (HTA 0.5.0)
 defines its temporal breakdown (``get_temporal_breakdown``), so HTA users can check us:
 
-* GPU events are kernels, memcpy and memset (everything HTA sees with a stream);
+* GPU events are kernels, memcpy, memset and synchronisation records on a stream
+  (everything HTA sees with a stream, Kineto's ``cuda_sync`` events included: a "Stream
+  Wait Event" counts as compute, as HTA's regex leaves it, a "... Sync" as non-compute);
 * ``span_ns`` = end of the last event - start of the first;
 * ``idle_ns`` = span - length of the union of all events;
 * ``compute_ns`` = length of the union of HTA's COMPUTATION kernels (:func:`hta_kernel_type`;
@@ -126,21 +128,29 @@ def summary_row(
     last_step_filter: bool,
     hta_compat: bool,
     base_ns: int = 0,
+    syncs: pd.DataFrame | Columns | None = None,
 ) -> dict | None:
     """One rank's row of :func:`gpu_summary` (None when it has no GPU events): ``g`` its GPU
-    events, ``a`` its API calls, ``steps`` its steps (DataFrames or columns, see
+    events, ``a`` its API calls, ``steps`` its steps, ``syncs`` its sync table (``start_ns``,
+    ``dur_ns``, ``stream``, ``correlation``, ``sync_kind``; DataFrames or columns, see
     :mod:`perfscope.analyzers.columns`); ``last_step_filter`` applies HTA's exclusion of the
     last ProfilerStep."""
     g, a, steps = columns(g), columns(a) if a is not None else None, columns(steps) if steps is not None else None
     excluded = False
     s, e = as_i64(g["start_ns"]), as_i64(g["end_ns"])
     comp = np.asarray(g["hta_compute"], dtype=bool) if "hta_compute" in g else np.asarray(g["hta_type"], dtype=object) == "COMPUTATION"
+    sy = _stream_syncs(columns(syncs)) if syncs is not None else None
+    if sy is not None:
+        s, e, comp = np.concatenate([s, sy["start_ns"]]), np.concatenate([e, sy["end_ns"]]), np.concatenate([comp, sy["hta_compute"]])
     if last_step_filter:
         last = _last_profiler_step_start(steps)
         if last is not None:
             keep = np.zeros(s.size, dtype=bool)
             if a is not None and n_rows(a):
                 found, launch = launch_of(g, a)
+                if sy is not None:
+                    sf, sl = launch_of(sy, a)
+                    found, launch = np.concatenate([found, sf]), np.concatenate([launch, sl])
                 keep = found & (launch < last)
             s, e, comp = s[keep], e[keep], comp[keep]  # the three columns used, not the frame
             excluded = True
@@ -160,6 +170,25 @@ def summary_row(
         "rank": int(rank), "span_ns": span, "idle_ns": idle, "compute_ns": compute,
         "non_compute_ns": span - compute - idle, "events": int(s.size), "last_step_excluded": excluded,
     }
+
+
+def _stream_syncs(t: Columns) -> Columns | None:
+    """The synchronisation records HTA counts as GPU events (Kineto's ``cuda_sync``): those
+    with a stream (any value but null and -1; HTA keeps a context sync's 4294967295), as
+    ``start_ns``, ``end_ns``, ``correlation`` and ``hta_compute`` (True for a stream wait
+    event, whose name "Stream Wait Event" HTA's not-compute regex misses; the "... Sync"
+    names are not compute).  None when there are none."""
+    if n_rows(t) == 0 or "stream" not in t:
+        return None
+    stream = t["stream"]
+    on = ~is_null(stream)
+    on[on] = np.asarray(pd.Series(stream, copy=False).to_numpy(dtype="float64", na_value=np.nan))[on] != -1
+    if not on.any():
+        return None
+    st = as_i64(t["start_ns"])[on]
+    return {"start_ns": st, "end_ns": st + as_i64(t["dur_ns"])[on],
+            "correlation": pd.Series(t["correlation"], copy=False).to_numpy(dtype="float64", na_value=np.nan)[on],
+            "hta_compute": name_values(t["sync_kind"])[on] == "stream_wait_event"}
 
 
 def summary_frame(rows: list[dict]) -> pd.DataFrame:

@@ -4,23 +4,29 @@ Intervals are half-open ``[start, end)``; empty or negative ones are ignored.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import numpy as np
+import numpy.typing as npt
+
+if TYPE_CHECKING:  # pandas is imported by callers; this module stays import-light
+    import pandas as pd
 
 I64 = np.int64
 
 
-def as_i64(values) -> np.ndarray:
+def as_i64(values: npt.ArrayLike) -> np.ndarray:
     """Return ``values`` as a contiguous int64 array (nullable columns must be filled first)."""
     return np.ascontiguousarray(np.asarray(values, dtype=I64))
 
 
-def filled_i64(col) -> np.ndarray:  # noqa: ANN001 - a pandas Series or array, kept import-light
+def filled_i64(col: pd.Series | np.ndarray) -> np.ndarray:
     """A column (Series, numpy or pandas array) as int64 with nulls as 0
     (``as_i64(col.fillna(0))``, without the pandas call when the column is plain int64, as
     the store's non-null columns are)."""
     if isinstance(col, np.ndarray) and col.dtype == np.dtype(I64):
         return np.ascontiguousarray(col)
-    if col.dtype == np.dtype(I64):
+    if not isinstance(col, np.ndarray) and col.dtype == np.dtype(I64):
         return np.ascontiguousarray(col.to_numpy())
     import pandas as pd
 
@@ -112,6 +118,26 @@ def coverage(bounds: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.nda
     return np.cumsum(diff[:n])
 
 
+def covered_ns(ws: np.ndarray, we: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Per window ``[ws[i], we[i])``: the ns the union of the intervals covers inside it.
+
+    Returns:
+        an int64 array aligned with the windows.
+    """
+    ms, me = merge(as_i64(starts), as_i64(ends))
+    ws, we = as_i64(ws), as_i64(we)
+    if ms.size == 0:
+        return np.zeros(ws.size, I64)
+    cum = np.concatenate([[0], np.cumsum(me - ms)])
+
+    def before(t: np.ndarray) -> np.ndarray:  # union length before t
+        k = np.searchsorted(ms, t, side="right")
+        over = np.where(k > 0, np.maximum(me[np.maximum(k - 1, 0)] - t, 0), 0)
+        return cum[k] - over
+
+    return np.maximum(before(np.maximum(we, ws)) - before(ws), 0)
+
+
 def clip(starts: np.ndarray, ends: np.ndarray, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
     """Clip intervals to ``[lo, hi)`` and drop those left empty."""
     s = np.maximum(as_i64(starts), lo)
@@ -120,10 +146,10 @@ def clip(starts: np.ndarray, ends: np.ndarray, lo: int, hi: int) -> tuple[np.nda
     return s[keep], e[keep]
 
 
-__all__ = ["as_i64", "filled_i64", "stable_argsort", "merge", "union_length", "coverage", "clip", "split_by_rank", "as_key", "lookup", "KeyIndex", "launch_of"]
+__all__ = ["as_i64", "filled_i64", "stable_argsort", "merge", "union_length", "coverage", "covered_ns", "clip", "split_by_rank", "as_key", "lookup", "KeyIndex", "launch_of"]
 
 
-def split_by_rank(df):  # noqa: ANN001, ANN201 - pandas types, kept import-light
+def split_by_rank(df: pd.DataFrame) -> dict[int, pd.DataFrame]:
     """Split a DataFrame with a ``rank`` column into ``{rank: frame}`` without copying when
     it is already ordered by rank (the store's reader returns it so); otherwise one stable
     sort first.
@@ -146,7 +172,7 @@ def split_by_rank(df):  # noqa: ANN001, ANN201 - pandas types, kept import-light
     return {int(r[s]): df.iloc[s:e] for s, e in zip(starts, ends)}
 
 
-def as_key(values) -> np.ndarray:  # noqa: ANN001
+def as_key(values: Any) -> np.ndarray:
     """A join key as float64 (nulls -> NaN, which never matches); exact for ids < 2**53."""
     if isinstance(values, np.ndarray):
         return values.astype("float64", copy=False)
@@ -195,7 +221,7 @@ def lookup(keys: np.ndarray, values: np.ndarray, query: np.ndarray) -> tuple[np.
     return ks[pos] == q, vs[pos]
 
 
-def launch_of(gpu, api) -> tuple[np.ndarray, np.ndarray]:  # noqa: ANN001 - DataFrames or columns
+def launch_of(gpu: Any, api: Any) -> tuple[np.ndarray, np.ndarray]:
     """For each GPU event of one rank, whether its launching API call is known and that call's
     start (int64 ns; arbitrary where unknown): the ``launched``/``launch_ns`` columns when
     ``gpu`` carries them (``analyze_run`` looks each rank's calls up once), else a lookup of

@@ -198,6 +198,7 @@ def launch_row(
         else:
             found, a_pos = lookup(as_key(a["correlation"]), np.arange(n_rows(a)), as_key(k["correlation"]))
     if found.any():
+        assert a is not None  # found is all False without API calls
         a_start = as_i64(a["start_ns"])[a_pos[found]]
         cpu = filled_i64(a["dur_ns"])[a_pos[found]]
         gdur = kd[found]

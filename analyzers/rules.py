@@ -16,31 +16,25 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from perfscope.analyzers.comm_families import COMM_ADVICE, COMM_FAMILY_SHARE, comm_mix
+from perfscope.analyzers.context import HardwareContext
 from perfscope.analyzers.result import Recommendation
-
-DEFAULT_THRESHOLDS: dict[str, float] = {
-    "data_loading_share": 0.05,   # tb_plugin: DataLoader / step > 5 %
-    "pcie_share": 0.05,
-    "pageable_share": 0.01,       # pageable copy time per step / step
-    "sync_share": 0.05,
-    "network_share": 0.10,        # tb_plugin: communication / step > 10 %
-    "host_share": 0.15,           # XProf: "All others" >= 15 % is high
-    "compute_share": 0.85,        # traceml COMPUTE_BOUND
-    "straggler_last_share": 0.5,
-    "straggler_cost_share": 0.02,
-    "busbw_fraction": 0.25,       # measured busbw below this fraction of the link's expectation
-    "busbw_min_bytes": 1 << 20,   # only judge bandwidth on messages of at least 1 MiB
-}
-
-# Rough bus bandwidth a healthy link reaches on large messages, GB/s (nccl-tests busbw).
-EXPECTED_BUSBW_GBPS = {"intra_node": 100.0, "inter_node": 10.0}
+from perfscope.analyzers.rule_context import (
+    DEFAULT_THRESHOLDS,
+    EXPECTED_BUSBW_GBPS,
+    RULES,
+    Rule,
+    RuleContext,
+    _ms,
+    _pct,
+    _rec,
+    rule,
+)
 
 FP32_GEMM_RE = re.compile(r"(?i)sgemm|gemm.*f32f32|gemm.*fp32|gemv.*float")
 LOW_PRECISION_RE = re.compile(r"(?i)tf32|bf16|f16|fp16|h16|hgemm|s16816|s1688|h884|int8|i8i8|s8s8|e4m3|e5m2|fp8|f8f8|tensorop")
@@ -53,112 +47,6 @@ def _is_fp32_matmul(name: str) -> bool:
     return "gem" in name.lower() and bool(FP32_GEMM_RE.search(name)) and not LOW_PRECISION_RE.search(name)
 
 
-@dataclass
-class RuleContext:
-    """What rules read: the analysis tables plus the run's metadata.
-
-    Attributes:
-        steps: the breakdown (``Analysis.steps``).
-        gpu_summary, kernels, launch, collectives, stragglers, copies: the other tables.
-        meta: run metadata (``environment``, ``ranks``...).
-        world_size: ranks in the job.
-        thresholds: overrides of :data:`DEFAULT_THRESHOLDS`.
-    """
-
-    steps: pd.DataFrame
-    gpu_summary: pd.DataFrame
-    kernels: pd.DataFrame
-    launch: pd.DataFrame
-    collectives: pd.DataFrame
-    stragglers: pd.DataFrame
-    copies: pd.DataFrame
-    meta: dict[str, Any] = field(default_factory=dict)
-    world_size: int = 1
-    thresholds: dict[str, float] = field(default_factory=dict)
-    cache: dict[str, Any] = field(default_factory=dict)  # values several rules share
-
-    def th(self, name: str) -> float:
-        """The threshold ``name`` (override or default)."""
-        return float(self.thresholds.get(name, DEFAULT_THRESHOLDS[name]))
-
-    @property
-    def median_step_ns(self) -> int:
-        """Median wall time of a step over all ranks and steps (0 without steps)."""
-        return self.median("wall_ns")
-
-    def median(self, col: str, ranks: list[int] | None = None) -> int:
-        """Median of a steps column over all (or the given) ranks' steps, ns."""
-        key = ("_median", col, None if ranks is None else tuple(ranks))
-        if key not in self.cache:  # rules ask for the same medians over and over
-            s = self.steps
-            if not len(s) or col not in s.columns:
-                self.cache[key] = 0
-            else:
-                v = self.column("steps", col)
-                if ranks is not None:
-                    v = v[np.isin(self.column("steps", "rank"), ranks)]
-                self.cache[key] = int(np.median(v)) if v.size else 0
-        return self.cache[key]
-
-    def column(self, table: str, col: str) -> np.ndarray:
-        """Column ``col`` of the table ``table`` (``steps``, ``copies``, ...) as its numpy
-        array (``to_numpy()``), taken from the frame once: rules read the same columns over
-        and over, and each read of a frame's column costs more than what a rule does with it."""
-        key = ("_column", table, col)
-        if key not in self.cache:
-            self.cache[key] = getattr(self, table)[col].to_numpy()
-        return self.cache[key]
-
-    def share(self, ns: float) -> float:
-        """``ns`` as a share of the median step."""
-        m = self.median_step_ns
-        return float(ns) / m if m > 0 else 0.0
-
-    def steps_per_rank(self) -> pd.Series:
-        """Number of steps per rank."""
-        return self.steps.groupby("rank").size() if len(self.steps) else pd.Series(dtype="int64")
-
-
-RuleFn = Callable[[RuleContext], "Recommendation | None"]
-
-
-@dataclass(frozen=True)
-class Rule:
-    """A registered rule: ``id``, target ``bucket`` and the function that evaluates it."""
-
-    id: str
-    bucket: str
-    fn: RuleFn
-
-
-RULES: list[Rule] = []
-
-
-def rule(id: str, bucket: str) -> Callable[[RuleFn], RuleFn]:
-    """Register a rule function under ``id``/``bucket``."""
-
-    def deco(fn: RuleFn) -> RuleFn:
-        RULES.append(Rule(id, bucket, fn))
-        return fn
-
-    return deco
-
-
-def _ms(ns: float) -> str:
-    return f"{ns / 1e6:.2f} ms"
-
-
-def _pct(x: float) -> str:
-    return f"{100 * x:.1f}%"
-
-
-def _rec(ctx: RuleContext, id: str, bucket: str, title: str, message: str, evidence: dict[str, Any],
-         saving_ns: float, change: str, ranks: tuple[int, ...] = ()) -> Recommendation:
-    saving = max(int(round(saving_ns)), 0)
-    return Recommendation(id=id, bucket=bucket, title=title, message=message, evidence=evidence,
-                          saving_ns=saving, saving_share=round(ctx.share(saving), 4), change=change, ranks=ranks)
-
-
 # ----------------------------------------------------------------------------- data loading
 @rule("dataloader.workers", "data_loading")
 def dataloader_rule(ctx: RuleContext) -> Recommendation | None:
@@ -168,15 +56,24 @@ def dataloader_rule(ctx: RuleContext) -> Recommendation | None:
     share = ctx.share(dl)
     if share < ctx.th("data_loading_share"):
         return None
+    workers = _loader_workers(ctx.hw)
     return _rec(
         ctx, "dataloader.workers", "data_loading", "The GPU waits for input data",
         f"This run has high time cost on input data loading: {_pct(share)} of the step time ({_ms(dl)} per step) "
         "the GPU is idle while the host waits for the next batch. Load batches in parallel worker processes, "
         "keep the workers alive between epochs and prefetch more batches, so loading overlaps compute.",
-        {"data_loading_ns_median": dl, "data_loading_share": round(share, 4), "median_step_ns": ctx.median_step_ns},
+        {"data_loading_ns_median": dl, "data_loading_share": round(share, 4), "median_step_ns": ctx.median_step_ns,
+         **({"cpus_per_rank": ctx.hw.cpus_per_rank()} if ctx.hw.cpu_count is not None else {})},
         dl,
-        "DataLoader(dataset, batch_size=..., num_workers=8, pin_memory=True, prefetch_factor=4, persistent_workers=True)",
+        f"DataLoader(dataset, batch_size=..., num_workers={workers}, pin_memory=True, prefetch_factor=4, persistent_workers=True)",
     )
+
+
+def _loader_workers(hw: HardwareContext) -> int:
+    """DataLoader workers to suggest: 8, but no more than the CPUs a rank has less the one its
+    training process needs (a 2-CPU machine gets 1: more workers than cores only contend)."""
+    cpus = hw.cpus_per_rank()
+    return 8 if cpus is None else max(1, min(8, cpus - 1))
 
 
 # ----------------------------------------------------------------------------- copies
@@ -258,24 +155,45 @@ def sync_rule(ctx: RuleContext) -> Recommendation | None:
     s = ctx.steps
     if len(s) == 0 or "post_sync_idle_ns" not in s.columns:
         return None
-    col = lambda c: ctx.column("steps", c)  # noqa: E731
+    def col(c: str) -> np.ndarray:
+        return ctx.column("steps", c)
+
     cost = np.maximum(col("sync_ns") - col("collective_wait_ns"), 0) + col("post_sync_idle_ns")
     med = int(np.median(cost))
     calls = float(np.median(col("sync_calls")))
     share = ctx.share(med)
     if share < ctx.th("sync_share") or calls <= 0:
         return None
+    sites = _top_sync_sites(ctx)
+    where = ("; the longest: " + ", ".join(f"{x['call']}" + (f" in {x['site']!r}" if x["site"] else "") + f" ({_ms(x['ns_per_step'])}/step)"
+                                          for x in sites)) if sites else ""
     return _rec(
         ctx, "sync.host", "sync", "The host synchronises with the GPU every step",
-        f"The host blocks on the GPU {calls:g} time(s) per step; waiting plus the GPU idle time after each "
+        f"The host blocks on the GPU {calls:g} time(s) per step{where}; waiting plus the GPU idle time after each "
         f"synchronisation cost {_pct(share)} of the step ({_ms(med)}). Avoid excessive use of synchronization: "
         "remove .item(), .cpu(), print(loss) and torch.cuda.synchronize() from the step (log every N steps, "
         "keep running sums on the GPU), and use events (cudaStreamWaitEvent) instead of host syncs.",
-        {"sync_calls_per_step": calls, "sync_cost_ns_median": med,
+        {"sync_calls_per_step": calls, "sync_cost_ns_median": med, **({"blocking_calls": sites} if sites else {}),
          "post_sync_idle_ns_median": ctx.median("post_sync_idle_ns"), "sync_ns_median": ctx.median("sync_ns")},
         med,
         "loss_sum += loss.detach()  # and call loss_sum.item() every N steps; drop torch.cuda.synchronize() in the loop",
     )
+
+
+def _top_sync_sites(ctx: RuleContext, top: int = 3) -> list[dict[str, Any]]:
+    """The blocking calls that take the most host time, per step of their rank: ``call``,
+    ``site`` (the enclosing marker, "" when none), ``calls_per_step`` and ``ns_per_step``."""
+    t = ctx.sync_sites
+    if t is None or len(t) == 0:
+        return []
+    n_steps = ctx.steps_per_rank()
+    per = n_steps.reindex(t["rank"]).fillna(1).clip(lower=1).to_numpy(float)
+    g = pd.DataFrame({"call": t["call"], "site": t["site"], "calls": t["calls"] / per, "ns": t["total_ns"] / per})
+    g = g.groupby(["call", "site"], sort=True)[["calls", "ns"]].mean().reset_index()
+    g = g.sort_values(["ns", "call", "site"], ascending=[False, True, True], kind="stable").head(top)
+    g = g[g["ns"] >= 0.05 * g["ns"].max()]  # the calls that matter, not every stray one
+    return [{"call": str(r.call), "site": str(r.site), "calls_per_step": round(float(r.calls), 2), "ns_per_step": int(r.ns)}
+            for r in g.itertuples()]
 
 
 # ----------------------------------------------------------------------------- launch
@@ -315,7 +233,12 @@ def launch_rule(ctx: RuleContext) -> Recommendation | None:
 @rule("host.overhead", "host")
 def host_rule(ctx: RuleContext) -> Recommendation | None:
     """Fires when the GPU is idle for other host reasons (Python, CPU work) >= 15 % of the
-    median step and the rank is not launch-bound. Saving: half of that time."""
+    median step and the rank is not launch-bound.
+
+    Saving: the step re-timed with that idle time removed, but never shorter than the host
+    needs to launch the step's kernels (kernels per step x the median launch call, from the
+    launch table): ``min(host_other, wall - max(gpu_busy, launch_floor))``; no saving (the
+    rule is silent) when the launch table cannot bound it and the GPU is busy less than that."""
     s = ctx.steps
     if len(s) == 0:
         return None
@@ -328,38 +251,66 @@ def host_rule(ctx: RuleContext) -> Recommendation | None:
     share = ctx.share(med)
     if share < ctx.th("host_share"):
         return None
+    wall = ctx.median_step_ns
+    busy = wall - ctx.median("gpu_idle_ns") if "gpu_idle_ns" in s.columns else 0
+    floor = _launch_floor_ns(ctx)
+    saving = max(0, min(med, wall - max(busy, floor)))
     return _rec(
         ctx, "host.overhead", "host", "The GPU waits for the CPU",
         f"{_pct(share)} of the step time ({_ms(med)}) the GPU is idle while the host does other work (Python execution "
         "overhead, CPU preprocessing, logging). Find the host code with a CPU profiler and move it off the training "
-        "thread, or compile the model to cut Python overhead.",
-        {"host_ns_median": ctx.median("host_ns"), "host_other_ns_median": med, "host_share": round(share, 4)},
-        med / 2,
+        "thread, or compile the model to cut Python overhead. The saving assumes the idle time goes away down to the "
+        f"time the host needs to launch the step's work ({_ms(floor)}).",
+        {"host_ns_median": ctx.median("host_ns"), "host_other_ns_median": med, "host_share": round(share, 4),
+         "gpu_busy_ns_median": int(busy), "launch_floor_ns": int(floor)},
+        saving,
         "py-spy record -o profile.svg -- python train.py  # then torch.compile(model) / move CPU work to DataLoader workers",
     )
+
+
+def _launch_floor_ns(ctx: RuleContext) -> int:
+    """The host time the median rank needs per step just to launch its kernels: kernels per
+    step x the median launch call's CPU time (0 without a launch table)."""
+    l = ctx.launch
+    if l is None or len(l) == 0 or "median_launch_cpu_ns" not in l.columns:
+        return 0
+    n_steps = ctx.steps_per_rank()
+    per_rank = [float(row["kernels"]) / max(int(n_steps.get(int(row["rank"]), 1)), 1) * float(row["median_launch_cpu_ns"] or 0)
+                for _, row in l.iterrows()]
+    return int(np.median(per_rank)) if per_rank else 0
 
 
 # ----------------------------------------------------------------------------- communication
 @rule("comm.exposed", "network")
 def comm_rule(ctx: RuleContext) -> Recommendation | None:
     """Fires when exposed communication is >= 10 % of the median step. Saving: the part that
-    could hide under compute (min(network, compute)), at least a quarter of it (compression)."""
+    could hide under compute (min(network, compute)), at least a quarter of it (compression).
+    The advice follows the collective family holding at least half of the communication time
+    (:data:`~.comm_families.COMM_ADVICE`); DDP bucket advice only when that is all-reduce."""
     net = ctx.median("network_ns")
     share = ctx.share(net)
     if share < ctx.th("network_share"):
         return None
     comp = ctx.median("compute_ns")
     hidden = ctx.median("hidden_network_ns")
+    mix = comm_mix(ctx.collectives, ctx.kernels)
+    family = max(mix, key=mix.get) if mix else None
+    if family in COMM_ADVICE and mix[family] >= COMM_FAMILY_SHARE:
+        what, advice, change = COMM_ADVICE[family]
+        what = f"; it is {what}, {_pct(mix[family])} of communication time"
+    else:
+        what = "; " + ", ".join(f"{f} {_pct(v)}" for f, v in sorted(mix.items(), key=lambda x: -x[1])) if mix else ""
+        advice = ("Overlap communication with compute (issue it early, on its own stream), send fewer bytes (lower "
+                  "precision), or communicate less often; the collective types below say which parallelism to tune.")
+        change = "torch.profiler / perfscope analyze RUN --format json: see which collectives run exposed, then tune that parallelism"
     return _rec(
         ctx, "comm.exposed", "network", "Communication is not overlapped with compute",
         f"This run has high time cost on communication: {_pct(share)} of the step time ({_ms(net)}) communication "
-        f"kernels run with no compute beside them ({_ms(hidden)} is already hidden). Overlap gradient all-reduce with "
-        "the backward pass with bigger or better-ordered DDP buckets, reduce the bytes sent (bf16 compression hook), "
-        "or communicate less often (gradient accumulation with no_sync()).",
-        {"network_ns_median": net, "network_share": round(share, 4), "hidden_network_ns_median": hidden, "compute_ns_median": comp},
+        f"kernels run with no compute beside them ({_ms(hidden)} is already hidden){what}. {advice}",
+        {"network_ns_median": net, "network_share": round(share, 4), "hidden_network_ns_median": hidden, "compute_ns_median": comp,
+         **{f"comm_share_{f}": round(v, 4) for f, v in mix.items()}},
         max(min(net, comp), net / 4),
-        "DistributedDataParallel(model, bucket_cap_mb=100, gradient_as_bucket_view=True, static_graph=True); "
-        "model.register_comm_hook(None, torch.distributed.algorithms.ddp_comm_hooks.default_hooks.bf16_compress_hook)",
+        change,
     )
 
 
@@ -441,8 +392,11 @@ def busbw_rule(ctx: RuleContext) -> Recommendation | None:
 @rule("compute.bound", "compute")
 def compute_rule(ctx: RuleContext) -> Recommendation | None:
     """Fires when compute is >= 85 % of the median step. Saving: half the time of FP32 matrix
-    kernels when there are any (TF32/BF16 tensor cores are at least 2x faster), else a tenth of
-    the compute time (fusion through torch.compile)."""
+    kernels when there are any and the GPU has tensor cores for a lower precision (at least 2x
+    faster), else a tenth of the compute time (fusion through torch.compile).
+
+    Hardware: TF32 and bfloat16 need compute capability 8.0 (Ampere); 7.x (Volta, Turing) gets
+    float16 autocast with a GradScaler; below 7.0 (no tensor cores) gets no precision advice."""
     comp = ctx.median("compute_ns")
     share = ctx.share(comp)
     if share < ctx.th("compute_share"):
@@ -455,19 +409,37 @@ def compute_rule(ctx: RuleContext) -> Recommendation | None:
         total = k["total_ns"].to_numpy(float)
         tot = total[k["kind"].to_numpy(object) == "compute"].sum()
         fp32_share = float(total[fp32].sum() / tot) if tot > 0 else 0.0
-    if fp32_share >= 0.2:
+    precision = _precision_advice(ctx.hw) if fp32_share >= 0.2 else None
+    if precision is not None:
         saving = comp * fp32_share / 2
         msg = (f"The step is compute-bound ({_pct(share)} compute) and {_pct(fp32_share)} of kernel time is FP32 matrix "
-               "math. Run matrix multiplies on tensor cores: allow TF32, or train in bfloat16 with autocast.")
-        change = "torch.backends.cuda.matmul.allow_tf32 = True; with torch.autocast('cuda', dtype=torch.bfloat16): loss = model(x)"
+               f"math. Run matrix multiplies on tensor cores: {precision[0]}")
+        change = precision[1]
     else:
         saving = comp / 10
         msg = (f"The step is compute-bound ({_pct(share)} compute): speed up the kernels themselves. Compile the model to "
                "fuse elementwise ops, use fused optimizers and fused attention, and check the top kernels below.")
         change = "model = torch.compile(model); torch.optim.AdamW(params, fused=True); F.scaled_dot_product_attention"
-    return _rec(ctx, "compute.bound", "compute", "The step is compute-bound", msg,
-                {"compute_ns_median": comp, "compute_share": round(share, 4), "fp32_matmul_share": round(fp32_share, 4)},
-                saving, change)
+    evidence = {"compute_ns_median": comp, "compute_share": round(share, 4), "fp32_matmul_share": round(fp32_share, 4)}
+    if ctx.hw.compute_capability is not None:
+        evidence["compute_capability"] = ctx.hw.to_dict()["compute_capability"]
+    return _rec(ctx, "compute.bound", "compute", "The step is compute-bound", msg, evidence, saving, change)
+
+
+def _precision_advice(hw: HardwareContext) -> tuple[str, str] | None:
+    """(advice, change) for running FP32 matrix math on tensor cores, fitted to the GPU's
+    compute capability; None when the GPU has no tensor cores (below 7.0)."""
+    if hw.cc_at_least(8) is False:
+        if hw.cc_at_least(7) is False:
+            return None
+        cc = hw.to_dict()["compute_capability"]
+        name = f"{hw.gpu_name}, " if hw.gpu_name else ""
+        return (f"this GPU ({name}compute capability {cc}) has float16 tensor cores, so train in float16 with "
+                "autocast and a gradient scaler.",
+                "scaler = torch.cuda.amp.GradScaler(); with torch.autocast('cuda', dtype=torch.float16): loss = model(x); "
+                "scaler.scale(loss).backward(); scaler.step(opt); scaler.update()")
+    return ("allow TF32, or train in bfloat16 with autocast.",
+            "torch.backends.cuda.matmul.allow_tf32 = True; with torch.autocast('cuda', dtype=torch.bfloat16): loss = model(x)")
 
 
 # ----------------------------------------------------------------------------- environment
@@ -518,10 +490,77 @@ def environment_recommendations(ctx: RuleContext) -> list[Recommendation]:
 PREREQUISITES: dict[str, tuple[str, ...]] = {"sync.host": ("launch.bound",)}
 
 
+def _no_gpu_records(ctx: RuleContext) -> bool:
+    """True when the analysed windows hold no GPU activity at all (no kernel, copy or memset)."""
+    s = ctx.steps
+    return len(s) > 0 and "gpu_idle_ns" in s.columns and bool((ctx.column("steps", "gpu_idle_ns") >= ctx.column("steps", "wall_ns")).all())
+
+
+def trace_findings(ctx: RuleContext) -> list[Recommendation]:
+    """Findings about what the trace can tell, with no saving: a CPU-only run (no GPU records
+    and no GPU named in the metadata), a GPU trace without activity records (CUPTI
+    range-profiler mode, activities off), and windows dominated by start-up calls
+    (context creation, ``cudaFree``, allocation: :mod:`~.api_calls`).  When one fires, the
+    step rules do not run: their GPU-idle evidence would be an artefact of the trace."""
+    s = ctx.steps
+    if len(s) == 0:
+        return []
+    wall = ctx.median_step_ns
+    if _no_gpu_records(ctx):
+        if ctx.hw.gpu_present is not True:
+            return [Recommendation(
+                id="trace.cpu_only", bucket="trace", title="CPU-only run",
+                message="The run records no GPU activity and names no GPU: it ran on the CPU. The step time is all host "
+                        "time; profile the host code to see where it goes.",
+                evidence={"median_step_ns": wall},
+                change="py-spy record -o profile.svg -- python train.py  # or torch.profiler with ProfilerActivity.CPU")]
+        return [Recommendation(
+            id="trace.no_gpu_records", bucket="trace", title="The trace has no GPU activity records",
+            message=f"The run names a GPU ({ctx.hw.gpu_name or 'from its metadata'}) but holds no kernel, copy or memset "
+                    "record, so nothing can be said about GPU idle time or savings. The trace was probably captured "
+                    "without CUDA activities (or in CUPTI range-profiler mode); record again with them on.",
+            evidence={"median_step_ns": wall, **({"gpu_name": ctx.hw.gpu_name} if ctx.hw.gpu_name else {})},
+            change="torch.profiler.profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], ...)  # or perfscope record")]
+    if "startup_api_ns" in s.columns:
+        startup = ctx.median("startup_api_ns")
+        if ctx.share(startup) >= ctx.th("startup_share"):
+            return [Recommendation(
+                id="trace.startup", bucket="trace", title="The window is start-up, not training",
+                message=f"{_pct(ctx.share(startup))} of the median window ({_ms(startup)} of {_ms(wall)}) is spent in "
+                        "CUDA start-up calls (context creation, cudaFree, allocation, stream creation), so it is not a "
+                        "training step and its idle time says nothing about training. Profile steady-state steps: "
+                        "skip the first iterations (a profiler schedule with wait/warmup) or mark steps.",
+                evidence={"startup_api_ns_median": startup, "startup_share": round(ctx.share(startup), 4), "median_step_ns": wall},
+                change="torch.profiler.profile(schedule=torch.profiler.schedule(wait=5, warmup=2, active=3), ...)  "
+                       "# or perfscope analyze RUN --step-pattern REGEX")]
+    return []
+
+
+def _cap_to_step(ctx: RuleContext, recs: list[Recommendation]) -> list[Recommendation]:
+    """Cap savings, largest first, so that together they never exceed the median step: a
+    capped finding says so in its message and keeps its uncapped estimate in its evidence."""
+    left = ctx.median_step_ns
+    out = []
+    for r in recs:
+        if r.saving_ns > left:
+            r = dataclasses.replace(
+                r, saving_ns=max(left, 0), saving_share=round(ctx.share(max(left, 0)), 4),
+                evidence={**r.evidence, "uncapped_saving_ns": r.saving_ns},
+                message=r.message + " (Saving capped: the findings above already account for the rest of the step.)")
+        left -= r.saving_ns
+        out.append(r)
+    return out
+
+
 def evaluate_rules(ctx: RuleContext) -> list[Recommendation]:
     """Run every rule; return the recommendations that fired with a positive saving, largest
     saving first (rule order breaks ties) except that a prerequisite (:data:`PREREQUISITES`) is moved just
-    before the first recommendation it enables; then environment findings."""
+    before the first recommendation it enables; their savings capped to the median step in
+    total (:func:`_cap_to_step`); then environment findings.  When :func:`trace_findings`
+    fires, its findings replace the rules' (before the environment findings)."""
+    findings = trace_findings(ctx)
+    if findings:
+        return findings + environment_recommendations(ctx)
     fired: list[tuple[int, Recommendation]] = []
     for i, r in enumerate(RULES):
         rec = r.fn(ctx)
@@ -529,7 +568,7 @@ def evaluate_rules(ctx: RuleContext) -> list[Recommendation]:
         if rec is not None and rec.saving_ns > 0:
             fired.append((i, rec))
     fired.sort(key=lambda x: (-x[1].saving_ns, x[0]))
-    recs = [r for _, r in fired]
+    recs = _cap_to_step(ctx, [r for _, r in fired])
     for pre, enables in PREREQUISITES.items():
         ids = [r.id for r in recs]
         if pre not in ids:
@@ -543,4 +582,4 @@ def evaluate_rules(ctx: RuleContext) -> list[Recommendation]:
     return recs + environment_recommendations(ctx)
 
 
-__all__ = ["DEFAULT_THRESHOLDS", "PREREQUISITES", "RULES", "Rule", "RuleContext", "evaluate_rules", "environment_recommendations", "rule"]
+__all__ = ["DEFAULT_THRESHOLDS", "PREREQUISITES", "RULES", "Rule", "RuleContext", "evaluate_rules", "environment_recommendations", "rule", "trace_findings"]

@@ -117,6 +117,7 @@ def _host_ranges(
         if rows.size:
             ms = as_i64(markers["start_ns"])
             rows = _sorted_rows(ms, rows)
+            rows = _outermost(ms[rows], ms[rows] + as_i64(markers["dur_ns"])[rows], rows, rank, warnings)
             names = _objects(markers["name"], rows)
             hs = ms[rows]
             return _ranges(_step_numbers(names), names, "pattern", hs, hs + as_i64(markers["dur_ns"])[rows])
@@ -145,6 +146,22 @@ def _host_ranges(
             names = np.array([f"optimizer step {i}" for i in range(1, len(ends))], dtype=object)
             return _ranges(np.arange(1, len(ends), dtype=I64), names, "optimizer_span", ends[:-1], ends[1:])
     return None
+
+
+def _outermost(hs: np.ndarray, he: np.ndarray, rows: np.ndarray, rank: int, warnings: list[str]) -> np.ndarray:
+    """``rows`` (ordered by start ``hs``, ends ``he``) without the ranges that lie inside an
+    earlier one: a pattern such as ``'measure|forward'`` matches a step and the ranges nested
+    in it, and each nested range would become a zero-length step (windows never overlap)
+    that halves the median step."""
+    if rows.size < 2:
+        return rows
+    prev_end = np.maximum.accumulate(he)[:-1]
+    inner = np.zeros(rows.size, dtype=bool)
+    inner[1:] = he[1:] <= prev_end
+    if inner.any():
+        warnings.append(f"rank {rank}: {int(inner.sum())} range(s) matching the step pattern lie inside another "
+                        "matching range; only the outermost ranges are steps")
+    return rows[~inner]
 
 
 def _step_column(col: Any, rows: np.ndarray, names: np.ndarray) -> np.ndarray:

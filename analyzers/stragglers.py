@@ -1,7 +1,11 @@
 """Stragglers: which rank arrives last at collectives, how often, and what it costs.
 
 Built on the matched operations of :func:`perfscope.analyzers.collectives.analyze_collectives`
-(only operations seen on more than one rank count).  Like TraceLens's arrival-last count and
+(only operations seen on more than one rank count).  Point-to-point operations (Send, Recv,
+SendRecv: pipeline stages, TorchRec's and expert parallelism's all-to-all) count only where
+their sequence number and peer line up across ranks (:func:`reliable_matches`): matched by
+order, two ranks' SendRecv kernels are often different exchanges with different peers, and
+their start times say nothing about who is late, so they make no straggler claim.  Like TraceLens's arrival-last count and
 DeepSpeed's straggler time, and unlike HTA's late-start-of-one-kernel heuristic, every
 matched operation votes.
 """
@@ -26,6 +30,35 @@ def _empty_template() -> pd.DataFrame:
     return pd.DataFrame({c: np.zeros(0, np.float64 if c == "last_share" else np.int64) for c in COLUMNS})
 
 
+P2P_FUNCS = frozenset({"Send", "Recv", "SendRecv"})
+
+
+def reliable_matches(coll: pd.DataFrame) -> np.ndarray:
+    """A bool array over ``coll``'s rows (output of ``analyze_collectives``): False for a
+    point-to-point operation whose cross-rank match cannot be trusted: no sequence number
+    (matched by order), or no ``peer`` column, or a peer outside the ranks it was matched
+    with (each rank of a real exchange sends to or receives from another rank of it)."""
+    if coll is None or len(coll) == 0:
+        return np.zeros(0, dtype=bool)
+    func = coll["func"].astype(object).to_numpy()
+    p2p = np.isin(func, list(P2P_FUNCS))
+    if not p2p.any():
+        return np.ones(len(coll), dtype=bool)
+    ok = ~p2p
+    if "peer" in coll.columns and "seq" in coll.columns:
+        seq_known = coll["seq"].notna().to_numpy(bool)
+        peer = pd.to_numeric(coll["peer"], errors="coerce").to_numpy(dtype="float64", na_value=np.nan)
+        key, rank = coll["match_key"].to_numpy(np.int64), coll["rank"].to_numpy(np.int64)
+        # (operation, rank) pairs; the peer must be one of the operation's ranks.
+        width = int(max(rank.max(initial=0), np.nanmax(peer, initial=0))) + 1
+        members = key * width + rank
+        has_peer = ~np.isnan(peer) & (np.nan_to_num(peer, nan=-1) >= 0)
+        peer_in = np.zeros(len(coll), dtype=bool)
+        peer_in[has_peer] = np.isin(key[has_peer] * width + peer[has_peer].astype(np.int64), members)
+        ok |= p2p & seq_known & peer_in
+    return ok
+
+
 def rank_stragglers(coll: pd.DataFrame, min_skew_ns: int = 0) -> pd.DataFrame:
     """Rank the ranks by how much they hold the others up.
 
@@ -41,7 +74,7 @@ def rank_stragglers(coll: pd.DataFrame, min_skew_ns: int = 0) -> pd.DataFrame:
     """
     if coll is None or len(coll) == 0 or "matched_ranks" not in coll.columns:
         return _empty()
-    m = coll[coll["matched_ranks"] > 1]
+    m = coll[(coll["matched_ranks"] > 1).to_numpy(bool) & reliable_matches(coll)]
     if len(m) == 0:
         return _empty()
     spread = m.groupby("match_key", sort=False)["arrival_skew_ns"].transform("max")
@@ -64,4 +97,4 @@ def rank_stragglers(coll: pd.DataFrame, min_skew_ns: int = 0) -> pd.DataFrame:
     return out[list(COLUMNS)].sort_values(["cost_to_others_ns", "last_count"], ascending=False, kind="stable").reset_index(drop=True)
 
 
-__all__ = ["COLUMNS", "rank_stragglers"]
+__all__ = ["COLUMNS", "P2P_FUNCS", "rank_stragglers", "reliable_matches"]

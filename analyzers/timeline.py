@@ -7,11 +7,10 @@ plotting, no printing; names stay untrusted text, to be escaped by whoever draws
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Protocol
-
 import numpy as np
 import pandas as pd
+
+from perfscope.analyzers.sources import WindowSource
 
 # (table, columns read) for each kind of lane, in lane order.
 LANE_SOURCES: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -27,14 +26,6 @@ LANE_SOURCES: tuple[tuple[str, tuple[str, ...]], ...] = (
 # Beyond this many markers in a window, nesting is not computed (one lane): the sweep is
 # a Python loop.
 MAX_NESTED_MARKERS = 50_000
-
-
-class WindowSource(Protocol):
-    """What timeline lanes read: a run (``perfscope.open_run``) or an in-memory run."""
-
-    def window(self, table: str, rank: int, columns: Sequence[str] | None, t0_ns: int, t1_ns: int) -> pd.DataFrame:
-        """The rows of ``table`` on ``rank`` overlapping ``[t0_ns, t1_ns)`` (see ``Run.window``)."""
-        ...
 
 
 def timeline_events(run: WindowSource, rank: int, t0_ns: int, t1_ns: int) -> pd.DataFrame:
@@ -153,4 +144,4 @@ def lane_order(lane: str) -> tuple[int, int]:
     return ({"copies": 3, "collectives": 4, "sync": 5}.get(lane, 6), 0)
 
 
-__all__ = ["LANE_SOURCES", "MAX_NESTED_MARKERS", "WindowSource", "lane_order", "nesting_depth", "timeline_events"]
+__all__ = ["LANE_SOURCES", "MAX_NESTED_MARKERS", "lane_order", "nesting_depth", "timeline_events"]

@@ -1,22 +1,159 @@
-"""The Dash application: :func:`create_app` serves the runs it is given, and only those."""
+"""The Dash application: :func:`create_app` serves the runs it is given, and only those.
+
+Every response goes through :class:`_Guard`, a WSGI middleware that refuses requests
+whose ``Host`` header is not one the server answers to (DNS rebinding: a page of
+``evil.example`` whose name now resolves to 127.0.0.1 would otherwise read the traces),
+and adds the security headers, the Content-Security-Policy and a ``Server`` header
+without versions.
+"""
 from __future__ import annotations
 
+import ipaddress
 import os
-from collections.abc import Sequence
+import socket
+from collections.abc import Callable, Collection, Iterable, Sequence
+from typing import Any
 
 import dash
 
 from perfscope.dashboards import callbacks, layout
 from perfscope.dashboards.data import Analyze, DashboardData
 
+LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
+SERVER_NAME = "perfscope"
 _SECURITY_HEADERS = {
     "X-Content-Type-Options": "nosniff",
     "X-Frame-Options": "DENY",
     "Referrer-Policy": "no-referrer",
 }
+# The strictest policy under which the page works (tests/integration/test_dashboard_browser.py
+# fails on any violation): scripts only from this server plus Dash's one inline start-up
+# script by its hash; styles also inline, because plotly.js and the dropdowns insert
+# <style> elements at run time; images also as data: URLs (plotly draws heatmaps that way).
+_CSP = ("default-src 'none'; script-src 'self' {hashes}; style-src 'self' 'unsafe-inline'; "
+        "img-src 'self' data:; connect-src 'self'; base-uri 'none'; "
+        "form-action 'none'; frame-ancestors 'none'")
 
 
-def create_app(run_paths: Sequence[str | os.PathLike[str]], analyze: Analyze | None = None) -> dash.Dash:
+def allowed_hosts(bound: str, extra: Iterable[str] = ()) -> frozenset[str]:
+    """Return the host names a server bound to ``bound`` answers to (lower case, IPv6
+    without brackets): ``bound`` itself, the loopback names when it is loopback, and
+    ``extra`` (``--allow-host``).
+
+    A wildcard address (``0.0.0.0``, ``::``) is never in a Host header: for it, the
+    machine's names are allowed (and :class:`_Guard` takes any IP address, which no other
+    site can make a browser send).
+    """
+    names = {_bare(bound)} | {_bare(n) for n in extra}
+    if _is_loopback(bound):
+        names |= LOOPBACK_NAMES
+    if _is_wildcard(bound):
+        names |= LOOPBACK_NAMES | {socket.gethostname().lower(), socket.getfqdn().lower()}
+    return frozenset(names)
+
+
+def _bare(name: str) -> str:
+    return name.strip().lower().removeprefix("[").removesuffix("]")
+
+
+def _ip(name: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    try:
+        return ipaddress.ip_address(_bare(name))
+    except ValueError:
+        return None
+
+
+def _is_loopback(name: str) -> bool:
+    ip = _ip(name)
+    return _bare(name) == "localhost" or (ip is not None and ip.is_loopback)
+
+
+def _is_wildcard(name: str) -> bool:
+    ip = _ip(name)
+    return ip is not None and ip.is_unspecified
+
+
+def split_host(header: str) -> tuple[str, int | None] | None:
+    """``"[::1]:8050"`` -> ``("::1", 8050)``; ``"localhost"`` -> ``("localhost", None)``;
+    None when the header is not a host with an optional decimal port."""
+    name, port = header, None
+    if header.startswith("["):
+        end = header.find("]")
+        if end < 0:
+            return None
+        name, rest = header[1:end], header[end + 1:]
+        if rest and not rest.startswith(":"):
+            return None
+        port_text = rest[1:] if rest else None
+    elif header.count(":") == 1:
+        name, port_text = header.split(":")
+    elif ":" in header:
+        return None  # an IPv6 address must be bracketed
+    else:
+        port_text = None
+    if port_text is not None:
+        if not (port_text.isascii() and port_text.isdigit() and len(port_text) <= 5):
+            return None
+        port = int(port_text)
+    return (name.lower(), port) if name else None
+
+
+class _Guard:
+    """WSGI middleware: refuse a request for another host; add the headers every response carries.
+
+    The Host must name an allowed host (:func:`allowed_hosts`) and, for the bound address
+    and the loopback names, the port the server listens on (``SERVER_PORT``); a name given
+    with ``--allow-host`` may come with any port (a reverse proxy serves it on its own).
+    """
+
+    def __init__(self, app: Callable[..., Any], names: Collection[str], extra: Collection[str],
+                 wildcard: bool, headers: dict[str, str]) -> None:
+        self.app, self.names, self.extra, self.wildcard = app, frozenset(names), frozenset(extra), wildcard
+        self.headers = [*headers.items(), ("Server", SERVER_NAME)]
+
+    def host_ok(self, environ: dict[str, Any]) -> bool:
+        """True when the request's Host header names this server."""
+        parsed = split_host(environ.get("HTTP_HOST", ""))
+        if parsed is None:
+            return False
+        name, port = parsed
+        if name in self.extra:
+            return True
+        if name not in self.names and not (self.wildcard and _ip(name) is not None):
+            return False
+        default = 443 if environ.get("wsgi.url_scheme") == "https" else 80
+        return str(default if port is None else port) == str(environ.get("SERVER_PORT"))
+
+    def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        def respond(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
+            mine = {k.lower() for k, _ in self.headers}
+            kept = [(k, v) for k, v in headers if k.lower() not in mine]
+            return start_response(status, kept + self.headers, exc_info)
+
+        if not self.host_ok(environ):
+            body = (b"perfscope dashboard: this Host is not served here; open the address the dashboard "
+                    b"printed, or start it with --allow-host NAME\n")
+            respond("403 Forbidden", [("Content-Type", "text/plain; charset=utf-8"),
+                                      ("Content-Length", str(len(body)))])
+            return [body]
+        return self.app(environ, respond)
+
+
+def request_handler() -> type:
+    """Return werkzeug's request handler class without its version banner (werkzeug adds
+    ``Server: Werkzeug/x Python/y`` to the answers it writes itself, such as a 400 for a
+    malformed request line); pass it as ``request_handler`` to ``werkzeug.serving.make_server``."""
+    from werkzeug.serving import WSGIRequestHandler
+
+    class Handler(WSGIRequestHandler):
+        def version_string(self) -> str:
+            return SERVER_NAME
+
+    return Handler
+
+
+def create_app(run_paths: Sequence[str | os.PathLike[str]], analyze: Analyze | None = None, *,
+               host: str = "127.0.0.1", allow_hosts: Collection[str] = ()) -> dash.Dash:
     """Build the dashboard app for ``run_paths``.
 
     Every run is opened now (so a bad path fails before the server starts) and analysed on
@@ -28,6 +165,9 @@ def create_app(run_paths: Sequence[str | os.PathLike[str]], analyze: Analyze | N
         run_paths: run directories (at least one).
         analyze: analysis function (default ``perfscope.analyzers.analyze_run``); tests pass
             their own.
+        host: the address the server binds: requests must name it (or, for loopback,
+            ``localhost``/``127.0.0.1``/``[::1]``) with the server's port in their Host.
+        allow_hosts: more host names to answer to, with any port (``--allow-host``).
 
     Returns:
         the ``dash.Dash`` app; its Flask server is ``app.server``.
@@ -47,14 +187,11 @@ def create_app(run_paths: Sequence[str | os.PathLike[str]], analyze: Analyze | N
     app.layout = lambda: layout.page(data)
     callbacks.register(app, data)
     app.server.config["perfscope_data"] = data
-
-    @app.server.after_request
-    def _headers(response):  # type: ignore[no-untyped-def]
-        for k, v in _SECURITY_HEADERS.items():
-            response.headers.setdefault(k, v)
-        return response
-
+    headers = {**_SECURITY_HEADERS, "Content-Security-Policy": _CSP.format(hashes=" ".join(app.csp_hashes()))}
+    extra = frozenset(_bare(n) for n in allow_hosts)
+    app.server.wsgi_app = _Guard(app.server.wsgi_app, allowed_hosts(host, extra), extra,
+                                 _is_wildcard(host), headers)
     return app
 
 
-__all__ = ["create_app"]
+__all__ = ["create_app", "request_handler", "allowed_hosts", "split_host", "LOOPBACK_NAMES", "SERVER_NAME"]

@@ -6,19 +6,23 @@ and the values Dash passes in, and returns what Dash should set, with ``None`` m
 directly, without a server or a browser.
 
 The browser only ever sends run *indices*, ranks, steps and table filters; they are
-validated here, and no value it sends becomes a path.
+validated here (integers only as :func:`~perfscope.dashboards.data.strict_int` takes
+them, and in range), and no value it sends becomes a path.  A value that fails is a
+:class:`~perfscope.errors.UsageError`, which :func:`register` answers with 400 Bad Request.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import dash
 import plotly.graph_objects as go
 from dash import ALL, Input, Output, State, ctx, html
+from werkzeug.exceptions import BadRequest
 
 from perfscope.analyzers.timeline import timeline_events
 from perfscope.dashboards import figures, layout, tables
-from perfscope.dashboards.data import DashboardData, RunData
+from perfscope.dashboards.data import DashboardData, RunData, strict_int
 from perfscope.errors import UsageError
 
 TIMELINE_WIDTH_PX = 1400
@@ -26,12 +30,15 @@ TIMELINE_MAX_BOXES = 2000
 
 
 def _selection(rd: RunData, selection: dict[str, Any] | None) -> dict[str, Any]:
-    """``selection`` if it belongs to this run and names a step it has, else the default."""
-    if not selection or selection.get("run") != rd.index:
+    """``selection`` (as ints) if it belongs to this run and names a step it has, else the default."""
+    if not isinstance(selection, dict):
         return layout.default_selection(rd)
-    s = rd.steps
-    ok = not s[(s["rank"] == selection.get("rank")) & (s["step"] == selection.get("step"))].empty
-    return selection if ok else layout.default_selection(rd)
+    try:
+        run, rank, step = (strict_int(selection.get(k), k) for k in ("run", "rank", "step"))
+        rd.step_window(rank, step)
+    except UsageError:
+        return layout.default_selection(rd)
+    return {"run": run, "rank": rank, "step": step} if run == rd.index else layout.default_selection(rd)
 
 
 def render_tab(data: DashboardData, tab: str, run: Any, selection: dict[str, Any] | None) -> Any:
@@ -70,24 +77,24 @@ def pick(data: DashboardData, run: Any, graph: str | None, click: dict[str, Any]
         (selection ``{"run", "rank", "step"}``, ``"timeline"``), or None when the click
         holds no usable point.
     """
-    if not click or not click.get("points") or graph is None:
+    if not isinstance(click, dict) or not click.get("points") or graph is None:
         return None
     rd = data.get(run)
     sel = dict(_selection(rd, selection))
-    point = click["points"][0]
     try:
+        point = click["points"][0]
         if graph == "steps":
-            sel["step"] = int(point.get("customdata", point.get("x")))
+            sel["step"] = strict_int(point.get("customdata", point.get("x")), "step")
         elif graph == "ranks":
-            sel["rank"] = int(point["customdata"]) if "customdata" in point else _rank_of(point.get("x"))
+            sel["rank"] = strict_int(point["customdata"], "rank") if "customdata" in point else _rank_of(point.get("x"))
         elif graph in ("heat-wall", "heat-sync"):
-            sel["step"], sel["rank"] = int(point["x"]), _rank_of(point["y"])
+            sel["step"], sel["rank"] = strict_int(point["x"], "step"), _rank_of(point["y"])
         elif graph == "stragglers":
             sel["rank"] = _rank_of(point["y"])
         else:
             return None
-    except (KeyError, TypeError, ValueError):
-        return None
+    except (KeyError, TypeError, AttributeError, UsageError):
+        return None  # not a point of ours: a click elsewhere, or a forged one
     s = rd.steps
     mine = s[s["rank"] == sel["rank"]]
     if mine.empty:
@@ -99,9 +106,10 @@ def pick(data: DashboardData, run: Any, graph: str | None, click: dict[str, Any]
 
 
 def _rank_of(label: Any) -> int:
-    """``rank 3`` or ``3`` -> 3."""
-    text = str(label)
-    return int(text.split()[-1])
+    """``rank 3`` or ``3`` -> 3 (raises UsageError for anything else)."""
+    if isinstance(label, str) and label.startswith("rank "):
+        label = label[len("rank "):]
+    return strict_int(label, "rank")
 
 
 def timeline_figure(data: DashboardData, run: Any, rank: Any, step: Any,
@@ -110,13 +118,14 @@ def timeline_figure(data: DashboardData, run: Any, rank: Any, step: Any,
     rd = data.get(run)
     if rank is None or step is None:
         return figures.empty_figure("this run has no steps to show")
+    rank, step = rd.rank(rank), strict_int(step, "step")
     try:
-        t0, t1 = rd.step_window(int(rank), int(step))
+        t0, t1 = rd.step_window(rank, step)
     except UsageError as e:
         return figures.empty_figure(str(e))
     w0, w1 = window if window else (t0, t1)
-    events = timeline_events(rd.run, int(rank), w0, w1)
-    return figures.timeline_figure(events, w0, w1, title=f"rank {int(rank)}, step {int(step)}",
+    events = timeline_events(rd.run, rank, w0, w1)
+    return figures.timeline_figure(events, w0, w1, title=f"rank {rank}, step {step}",
                                    width_px=TIMELINE_WIDTH_PX, max_boxes=TIMELINE_MAX_BOXES, origin_ns=t0)
 
 
@@ -127,7 +136,7 @@ def zoom_window(rd: RunData, rank: int, step: int, relayout: dict[str, Any] | No
         (t0, t1) clipped to the step, the whole step on an autorange (double click), or
         None when the relayout is not an x zoom.
     """
-    if not relayout:
+    if not isinstance(relayout, dict) or not relayout:
         return None
     t0, t1 = rd.step_window(rank, step)
     if relayout.get("xaxis.autorange"):
@@ -140,7 +149,7 @@ def zoom_window(rd: RunData, rank: int, step: int, relayout: dict[str, Any] | No
         return None
     try:
         a, b = sorted((t0 + int(float(x0) * 1e6), t0 + int(float(x1) * 1e6)))
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return None
     a, b = max(a, t0), min(b, t1)
     return (a, b) if b > a else (t0, t1)
@@ -157,14 +166,15 @@ def timeline_update(data: DashboardData, run: Any, rank: Any, step: Any, relayou
     rd = data.get(run)
     if rank is None:
         return None
-    rank = int(rank)
+    rank = rd.rank(rank)
+    step = None if step is None else strict_int(step, "step")
     if trigger == "tl-graph":
         if step is None:
             return None
-        window = zoom_window(rd, rank, int(step), relayout)
+        window = zoom_window(rd, rank, step, relayout)
         if window is None:
             return None
-        return timeline_figure(data, rd.index, rank, int(step), window), None, None, None
+        return timeline_figure(data, rd.index, rank, step, window), None, None, None
     options = layout.step_options(rd, rank)
     values = [o["value"] for o in options]
     new_step = step if step in values else (values[0] if values else None)
@@ -176,15 +186,20 @@ def timeline_update(data: DashboardData, run: Any, rank: Any, step: Any, relayou
 def kernel_table(data: DashboardData, run: Any, rank: Any) -> tuple[list[dict[str, Any]], str, list[dict[str, Any]]]:
     """Kernels table rows, note and name tooltips for the rank filter (``all`` or a rank)."""
     rd = data.get(run)
-    rows, total = tables.kernel_rows(rd.analysis.kernels, rank)
+    rows, total = tables.kernel_rows(rd.analysis.kernels, _rank_filter(rd, rank))
     return rows, layout.table_note(len(rows), total, "kernel rows"), tables.name_tooltips(rows)
 
 
 def collective_table(data: DashboardData, run: Any, rank: Any) -> tuple[list[dict[str, Any]], str]:
     """Collectives table rows and note for the rank filter (``all`` or a rank)."""
     rd = data.get(run)
-    rows, total = tables.collective_rows(rd.analysis.collectives, rank)
+    rows, total = tables.collective_rows(rd.analysis.collectives, _rank_filter(rd, rank))
     return rows, layout.table_note(len(rows), total, "collectives")
+
+
+def _rank_filter(rd: RunData, rank: Any) -> int | str:
+    """A table's rank filter: ``"all"`` (also for None or empty) or a rank of ``rd``."""
+    return "all" if rank in (None, "", "all") else rd.rank(rank)
 
 
 def compare_update(data: DashboardData, a: Any, b: Any) -> list[Any]:
@@ -198,13 +213,22 @@ def _nu(value: Any) -> Any:
     return dash.no_update if value is None else value
 
 
+def _checked(fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)``, with a value the browser should not have sent answered 400 Bad Request
+    (not a 500 with a traceback in the log)."""
+    try:
+        return fn(*args)
+    except UsageError as e:
+        raise BadRequest(str(e)) from None
+
+
 def register(app: dash.Dash, data: DashboardData) -> None:
     """Attach every callback of the dashboard to ``app``, serving ``data``."""
 
     @app.callback(Output("tab-content", "children"), Input("tabs", "value"), Input("run", "value"),
                   State("selection", "data"), prevent_initial_call=True)  # the page holds the first Overview
     def _render_tab(tab: str, run: Any, selection: dict[str, Any] | None) -> Any:
-        return render_tab(data, tab, run, selection)
+        return _checked(render_tab, data, tab, run, selection)
 
     @app.callback(Output("selection", "data"), Output("tabs", "value"),
                   Input({"type": "pick", "name": ALL}, "clickData"), State("run", "value"),
@@ -217,7 +241,7 @@ def register(app: dash.Dash, data: DashboardData) -> None:
         for item, value in zip(ctx.inputs_list[0], clicks):
             if item["id"] == trig:
                 click = value
-        out = pick(data, run, trig.get("name"), click, selection)
+        out = _checked(pick, data, run, trig.get("name"), click, selection)
         return (dash.no_update, dash.no_update) if out is None else out
 
     @app.callback(Output("tl-graph", "figure"), Output("tl-step", "options"), Output("tl-step", "value"),
@@ -228,7 +252,7 @@ def register(app: dash.Dash, data: DashboardData) -> None:
         trig = ctx.triggered_id if isinstance(ctx.triggered_id, str) else None
         if trig is None:  # inserted with the tab, whose figure render_tab already built
             return (dash.no_update,) * 4
-        out = timeline_update(data, run, rank, step, relayout, trig)
+        out = _checked(timeline_update, data, run, rank, step, relayout, trig)
         if out is None:
             return (dash.no_update,) * 4
         return tuple(_nu(v) for v in out)
@@ -238,21 +262,21 @@ def register(app: dash.Dash, data: DashboardData) -> None:
     def _kernels(rank: Any, run: Any) -> Any:
         if ctx.triggered_id is None:
             return dash.no_update, dash.no_update, dash.no_update
-        return kernel_table(data, run, rank)
+        return _checked(kernel_table, data, run, rank)
 
     @app.callback(Output("c-table", "data"), Output("c-note", "children"), Input("c-rank", "value"),
                   State("run", "value"), prevent_initial_call=True)
     def _collectives(rank: Any, run: Any) -> Any:
         if ctx.triggered_id is None:
             return dash.no_update, dash.no_update
-        return collective_table(data, run, rank)
+        return _checked(collective_table, data, run, rank)
 
     @app.callback(Output("cmp-body", "children"), Input("cmp-a", "value"), Input("cmp-b", "value"),
                   prevent_initial_call=True)
     def _compare(a: Any, b: Any) -> Any:
         if ctx.triggered_id is None:
             return dash.no_update
-        return compare_update(data, a, b)
+        return _checked(compare_update, data, a, b)
 
 
 __all__ = ["render_tab", "pick", "timeline_figure", "timeline_update", "zoom_window", "kernel_table",

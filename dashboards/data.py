@@ -8,6 +8,7 @@ analysed on first use and cached; the timeline reads its lanes through
 from __future__ import annotations
 
 import os
+import re
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -19,11 +20,11 @@ import pandas as pd
 from perfscope import open_run
 from perfscope.analyzers.compare import Comparison, compare_runs
 from perfscope.analyzers.result import Analysis
-from perfscope.analyzers.timeline import WindowSource
+from perfscope.analyzers.sources import RunLike, WindowSource
 from perfscope.errors import UsageError
 
 
-class ServedRun(WindowSource, Protocol):
+class ServedRun(RunLike, WindowSource, Protocol):
     """What the dashboard uses of an opened run (``perfscope.open_run``'s result)."""
 
     path: Path
@@ -39,6 +40,25 @@ class ServedRun(WindowSource, Protocol):
 
 
 Analyze = Callable[[ServedRun], Analysis]
+
+_CANONICAL_INT = re.compile(r"-?(0|[1-9][0-9]{0,17})")
+
+
+def strict_int(value: Any, what: str) -> int:
+    """Return ``value`` as an int when the browser sent an integer: a JSON integer or its
+    canonical decimal text (``"3"``, ``"-1"``).
+
+    Forged callbacks are the threat: ``int()`` would take ``true``, ``1.9`` and ``" 2 "``
+    and answer for another run, rank or step than the one sent, so anything else is refused.
+
+    Raises:
+        UsageError: ``value`` is not such an integer (the message names ``what``).
+    """
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str) and _CANONICAL_INT.fullmatch(value):
+        return int(value)
+    raise UsageError(f"no {what} {value!r}: expected an integer")
 
 
 def default_analyze() -> Analyze:
@@ -72,12 +92,25 @@ class RunData:
         """``Analysis.steps`` (one row per rank and step)."""
         return self.analysis.steps
 
-    def step_window(self, rank: int, step: int) -> tuple[int, int]:
-        """Return (start_ns, end_ns) of ``step`` on ``rank`` from the analysis.
+    def rank(self, value: Any) -> int:
+        """Validate a rank sent by the browser (see :func:`strict_int`); returns it as int.
 
         Raises:
-            UsageError: the rank has no such step.
+            UsageError: not a rank of this run.
         """
+        rank = strict_int(value, "rank")
+        if rank not in self.run.ranks and not (self.steps["rank"] == rank).any():
+            raise UsageError(f"run {self.label} has no rank {value!r}")
+        return rank
+
+    def step_window(self, rank: Any, step: Any) -> tuple[int, int]:
+        """Return (start_ns, end_ns) of ``step`` on ``rank`` from the analysis (both
+        integers as :func:`strict_int` takes them).
+
+        Raises:
+            UsageError: not integers, or the rank has no such step.
+        """
+        rank, step = strict_int(rank, "rank"), strict_int(step, "step")
         s = self.steps
         row = s[(s["rank"] == rank) & (s["step"] == step)]
         if row.empty:
@@ -122,15 +155,12 @@ class DashboardData:
         return len(self._runs)
 
     def index(self, value: Any) -> int:
-        """Validate a run index sent by the browser; returns it as int.
+        """Validate a run index sent by the browser (see :func:`strict_int`); returns it as int.
 
         Raises:
             UsageError: not an index of a served run.
         """
-        try:
-            i = int(value)
-        except (TypeError, ValueError):
-            raise UsageError(f"no run {value!r}") from None
+        i = strict_int(value, "run")
         if not 0 <= i < len(self._runs):
             raise UsageError(f"no run {value!r}")
         return i
@@ -163,4 +193,4 @@ class DashboardData:
         return self._comparisons[key]
 
 
-__all__ = ["DashboardData", "RunData", "ServedRun", "default_analyze"]
+__all__ = ["DashboardData", "RunData", "ServedRun", "default_analyze", "strict_int"]

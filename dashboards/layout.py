@@ -131,7 +131,7 @@ def _evidence(ev: dict[str, Any]) -> str:
     return "; ".join(parts)
 
 
-def recommendation_cards(rd: RunData, top: int = 5) -> list[html.Div]:
+def recommendation_cards(rd: RunData, top: int = 5) -> list[html.Div | html.P]:
     """One card per top recommendation: title, message, evidence, saving, the change to try."""
     recs = [r for r in rd.analysis.recommendations if r.bucket != "environment"][:top]
     if not recs:

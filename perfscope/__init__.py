@@ -13,12 +13,13 @@ from __future__ import annotations
 from typing import Any
 
 from perfscope.errors import PerfscopeError
-from perfscope.store import open_run
 
 __version__ = "0.1.0"
 
-# Imported on first use so that `import perfscope` stays cheap (no torch, no CUPTI, no pandas).
+# Imported on first use so that `import perfscope` stays cheap (no torch, no CUPTI, no pandas,
+# no pyarrow: `perfscope --help` imports this module and nothing else of perfscope).
 _LAZY = {
+    "open_run": "perfscope.store",
     "analyze": "perfscope.pipeline",
     "profile": "perfscope.profiler",
     "annotate": "perfscope.profiler",

@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from perfscope import native
 from perfscope.collectors.host.checks import run_checks, summarize
 from perfscope.collectors.host.environment import snapshot
 
@@ -22,10 +23,11 @@ def diagnose(**snapshot_kwargs: Any) -> dict[str, Any]:
 
     Returns:
         ``{"facts": dict, "checks": [{id, status, message, fix}, ...], "summary":
-        {pass, warn, fail, skip}}``.
+        {pass, warn, fail, skip}}``; the last check says which of perfscope's native
+        libraries are missing here (:func:`perfscope.native.check`).
     """
     facts = snapshot(**snapshot_kwargs)
-    checks = run_checks(facts)
+    checks = [*run_checks(facts), native.check()]
     return {"facts": facts, "checks": checks, "summary": summarize(checks)}
 
 

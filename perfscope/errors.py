@@ -24,12 +24,22 @@ class InputError(PerfscopeError):
     """An input file is missing, unreadable or malformed (JSON, Parquet, ...)."""
 
 
+class UnrecognisedTraceError(InputError):
+    """A trace that holds events of which the importer recognised none (the message names
+    the categories it saw)."""
+
+
 class NotARunError(InputError):
     """A path is not a perfscope run directory (no ``run.json``)."""
 
 
 class CorruptRunError(InputError):
     """A run directory exists but part of it cannot be read (truncated part file, bad JSON)."""
+
+
+class RunIntegrityError(CorruptRunError):
+    """A run's part files do not match its manifest or their table: a listed part is
+    missing, a part belongs to another table or rank, or it changed since it was written."""
 
 
 class SchemaVersionError(InputError):
@@ -58,8 +68,10 @@ __all__ = [
     "PerfscopeError",
     "UsageError",
     "InputError",
+    "UnrecognisedTraceError",
     "NotARunError",
     "CorruptRunError",
+    "RunIntegrityError",
     "SchemaVersionError",
     "RunExistsError",
     "CollectorError",

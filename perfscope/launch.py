@@ -3,9 +3,18 @@
 :func:`launch` creates the run, starts the command with perfscope's ``sitecustomize`` on
 a prepended ``PYTHONPATH`` (see :mod:`perfscope.recorder.inject`), runs the job-wide
 collectors around it (the NCCL plugin: set up before, its files turned into the
-``collectives`` table after), forwards SIGTERM and SIGINT to it, waits, and marks the run
-``complete`` (the command exited, whatever its exit code) or ``incomplete`` (it was killed
-by a signal).  It never prints; the CLI reports what it returns.
+``collectives`` table after), forwards SIGTERM and SIGINT to it, waits, and then settles
+every status (:func:`reconcile_ranks`; docs/reliability.md, "Recording and signals"):
+
+* a rank whose file still says ``recording`` once its process has ended was killed
+  before its last flush (SIGKILL, the out-of-memory killer): it becomes ``incomplete``,
+  with that reason;
+* the rank that is the command itself, killed by a signal, is ``incomplete`` even when
+  its recorder had stopped cleanly;
+* the run is ``complete`` when the command exited by itself (whatever its exit code) and
+  every rank is ``complete``; else ``incomplete``.
+
+It never prints; the CLI reports what it returns.
 """
 from __future__ import annotations
 
@@ -13,6 +22,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import time
 from collections.abc import Sequence
@@ -185,17 +195,69 @@ def launch(
         run_path=run_path, rank=None, options=options.collector_options(env), note=notes.append, env=env,
     ))
     job.start(("job",))
-    rc, forwarded = _run(command, env, run_path)
+    rc, forwarded, pid = _run(command, env, run_path)
     notes += job.stop(("job",))
     _write_rank_stats(run_path, job.by_rank)
+    notes += reconcile_ranks(run_path, pid, rc)
     return _finish(run_path, meta, rc, forwarded, world, notes)
 
 
-def _run(command: list[str], env: dict[str, str], run_path: Path) -> tuple[int, list[int]]:
+def _ended(info: dict[str, Any]) -> bool:
+    """True when the rank's process is known to have ended (it ran on this host and its
+    pid is gone); a rank of another host cannot be checked from here."""
+    pid = info.get("pid")
+    if info.get("host") != socket.gethostname() or not isinstance(pid, int) or isinstance(pid, bool):
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False
+    return False
+
+
+def reconcile_ranks(run_path: Path, command_pid: int, rc: int) -> list[str]:
+    """Make each rank file's status say how its process ended, once the command has.
+
+    A rank still ``recording`` whose process has ended is marked ``incomplete`` (its
+    ``stop_reason`` says it was killed before its last flush, naming the signal when the
+    rank was the command itself); the command's own rank, killed by a signal (``rc`` < 0),
+    is ``incomplete`` whatever it said.  The ranks have exited, so the launcher is the only
+    writer of their files.
+
+    Returns:
+        one note per rank changed, e.g. ``rank 0 was killed (SIGKILL) before its last flush``.
+    """
+    from perfscope.store.meta import RANKS_DIR, read_json, write_rank_meta
+
+    killed_by = signal.Signals(-rc).name if rc < 0 and -rc in signal.valid_signals() else None
+    notes = []
+    for path in sorted((run_path / RANKS_DIR).glob("rank-*.json")):
+        try:
+            info = read_json(path)
+            rank = int(info["rank"])
+        except Exception:  # noqa: BLE001 - a damaged rank file is the reader's to report
+            continue
+        is_command = info.get("pid") == command_pid and info.get("host") == socket.gethostname()
+        if info.get("status") == "recording" and (is_command or _ended(info)):
+            how = f"killed ({killed_by})" if is_command and killed_by else "killed (SIGKILL or out of memory)"
+            reason = f"{how} before its last flush"
+        elif info.get("status") == "complete" and is_command and killed_by:
+            reason = f"{killed_by} ended the process after its recorder stopped"
+        else:
+            continue
+        info.update(status="incomplete", stop_reason=reason)
+        write_rank_meta(run_path, rank, info)
+        notes.append(f"rank {rank} was {reason}" if reason.startswith("killed") else f"rank {rank}: {reason}")
+    return notes
+
+
+def _run(command: list[str], env: dict[str, str], run_path: Path) -> tuple[int, list[int], int]:
     """Start the command, forward SIGTERM/SIGINT/SIGHUP to it while it runs, and wait.
 
     Returns:
-        (its return code, negative when a signal killed it; the signals forwarded).
+        (its return code, negative when a signal killed it; the signals forwarded; its pid).
 
     Raises:
         UsageError: the command could not start (the run is marked ``incomplete``).
@@ -225,7 +287,7 @@ def _run(command: list[str], env: dict[str, str], run_path: Path) -> tuple[int, 
         except (ValueError, OSError):
             pass  # not the main thread: the child still gets terminal signals directly
     try:
-        return child.wait(), forwarded
+        return child.wait(), forwarded, child.pid
     finally:
         for sig, handler in previous.items():
             try:
@@ -237,14 +299,16 @@ def _run(command: list[str], env: dict[str, str], run_path: Path) -> tuple[int, 
 def _finish(
     run_path: Path, meta: dict[str, Any], rc: int, forwarded: list[int], world: int | None, notes: list[str]
 ) -> LaunchResult:
-    """Mark the run finished (``complete``, or ``incomplete`` when a signal killed the command)."""
+    """Mark the run finished: ``complete`` when the command exited by itself and every
+    rank says ``complete``, else ``incomplete``."""
     from perfscope.store import load_meta, update_run
 
-    status = "complete" if rc >= 0 else "incomplete"
     try:
         ranks_meta = load_meta(run_path).get("ranks", [])
     except Exception:  # noqa: BLE001
         ranks_meta = []
+    whole = all(r.get("status") == "complete" for r in ranks_meta)
+    status = "complete" if rc >= 0 and whole else "incomplete"
     ranks = sorted(int(r.get("rank", 0)) for r in ranks_meta)
     if not ranks:
         notes.append(
@@ -282,5 +346,5 @@ def _merge_warnings(ranks_meta: list[dict[str, Any]]) -> list[tuple[str, list[in
     return [(w, sorted(rs)) for w, rs in seen.items()]
 
 
-__all__ = ["launch", "LaunchResult", "default_output", "guess_world_size", "child_env"]
+__all__ = ["launch", "LaunchResult", "default_output", "guess_world_size", "child_env", "reconcile_ranks"]
 

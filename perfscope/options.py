@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
+from typing import TypedDict
 
 from perfscope.collectors.base import CollectorOptions
 
@@ -125,7 +126,14 @@ ENV_CUPTI_API = "PERFSCOPE_CUPTI_API"
 ENV_CUPTI_SINK = "PERFSCOPE_CUPTI_SINK"
 
 
-def collector_settings(env: Mapping[str, str] | None = None) -> dict[str, str | None]:
+class CollectorSettings(TypedDict):
+    """The :class:`~perfscope.collectors.base.CollectorOptions` keywords read from variables."""
+
+    cupti_api_source: str | None
+    cupti_sink_library: str | None
+
+
+def collector_settings(env: Mapping[str, str] | None = None) -> CollectorSettings:
     """Return the collector variables set in ``env`` (default ``os.environ``), as
     :class:`perfscope.collectors.base.CollectorOptions` keywords (None: not set)."""
     env = os.environ if env is None else env

@@ -5,7 +5,9 @@ never imports the analyzers: this module only strings the two together.  A Kinet
 imported while it is analysed: the import keeps its tables in memory and writes the run on
 a background thread (Parquet encoding releases the GIL) while the analysis reads those
 tables, so the write costs next to no wall time; the result equals
-``analyze_run(open_run(out))`` after ``import_kineto(files, out)``.
+``analyze_run(open_run(out))`` after ``import_kineto(files, out)``.  Which files a source
+names, where their run goes and when an earlier import is reused is decided in
+:mod:`perfscope.trace_sources`.
 
 What an import had to guess (a rank, skipped events) is reported as a
 :class:`TraceImportWarning` through :mod:`warnings` (library code never prints); the CLI
@@ -16,86 +18,103 @@ from __future__ import annotations
 import os
 import warnings
 from collections.abc import Sequence
-from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from perfscope.analyzers import AnalysisConfig, analyze_run
 from perfscope.analyzers.analysis import Progress
 from perfscope.analyzers.result import Analysis
-from perfscope.errors import InputError, UsageError
-from perfscope.store import MemoryRun, Run, open_run
+from perfscope.analyzers.sources import RunLike
+from perfscope.errors import UsageError
+from perfscope.store import open_run
+from perfscope.trace_sources import TRACE_SUFFIXES, default_run_dir, plan_trace_import
 
 if TYPE_CHECKING:
     from perfscope.store.kineto import ImportResult
 
 PathLike = str | os.PathLike[str]
-TRACE_SUFFIXES = (".json", ".json.gz")
 
 
 class TraceImportWarning(UserWarning):
     """Something the import of a trace had to guess or skip (the run was still written)."""
 
 
-def analyze(source: PathLike | Run | MemoryRun, config: AnalysisConfig | None = None, *, progress: Progress | None = None,
-            run_out: PathLike | None = None, force: bool = False, max_inflate: int | None = None) -> Analysis:
-    """Analyse a run: open it if it is a path, import it first if it is a Kineto trace file.
+def analyze(source: PathLike | Sequence[PathLike] | RunLike, config: AnalysisConfig | None = None, *,
+            progress: Progress | None = None, run_out: PathLike | None = None, force: bool = False,
+            workers: int | None = None, scheduler: str | None = None, max_inflate: int | None = None) -> Analysis:
+    """Analyse a run: open it if it is a path, import it first if it is made of Kineto traces.
 
     Args:
-        source: a run directory, an open run (:func:`perfscope.open_run`), or a PyTorch
-            profiler (Kineto) trace file (``.json``/``.json.gz``), which is imported into a
-            run at ``run_out`` and analysed in one go (:func:`import_and_analyze`).
+        source: a run directory, an open run (:func:`perfscope.open_run`), or Kineto traces
+            (``.json``/``.json.gz``): one file, several (one per rank), or a folder of them
+            as ``torch.profiler.tensorboard_trace_handler`` writes it (see
+            :mod:`perfscope.trace_sources`).  Traces are imported into a run at ``run_out``
+            and analysed in one go (:func:`import_and_analyze`); when that run was imported
+            earlier from the same unchanged files it is reused instead.
         config: the analysis options (defaults: :class:`~perfscope.analyzers.AnalysisConfig`).
         progress: called with a short message before each stage.
-        run_out: for a trace, the run directory to create (default :func:`default_run_dir`).
-        force: for a trace, replace a run that exists at ``run_out``.
-        max_inflate: for a gzip trace, the most bytes it may inflate to (see
+        run_out: for traces, the run directory (default
+            :func:`~perfscope.trace_sources.default_run_dir`).
+        force: for traces, import again and replace the run at ``run_out``.
+        workers: run the per-rank passes on a local Dask cluster of this many worker
+            processes (:mod:`perfscope.distributed`); a run directory (or a reused import) only.
+        scheduler: run them on the Dask cluster whose scheduler is at this address
+            (``tcp://HOST:8786``); the workers must see the run at the same path.
+        max_inflate: for gzip traces, the most bytes one may inflate to (see
             :func:`~perfscope.store.kineto.import_kineto`).
 
     Returns:
         the :class:`~perfscope.analyzers.result.Analysis` (see its docstring for every table).
 
     Raises:
-        UsageError: ``run_out``/``force`` given for a run, no ``run_out`` and the trace's
-            folder is not writable, an invalid option, or a rank the run does not have.
+        UsageError: ``run_out``/``force`` given for a run, no ``run_out`` and the traces'
+            folder is not writable, ``workers``/``scheduler`` for traces still to import
+            or with Dask not installed, an invalid option, or a rank the run does not have.
         InputError: a trace file that does not exist.
+        RunExistsError: ``run_out`` holds a run of other or changed files (and no ``force``).
         PerfscopeError: whatever opening, importing (:func:`import_kineto`) or analysing
             (:func:`~perfscope.analyzers.analyze_run`) raises.
     """
-    if not isinstance(source, (str, os.PathLike)):
+    distributed = workers is not None or scheduler is not None
+    if not isinstance(source, (str, os.PathLike, list, tuple)):  # an open run (a RunLike)
         _refuse_run_options(source, run_out, force)
-        return analyze_run(source, config, progress=progress)
-    path = os.fspath(source)
-    if os.path.isfile(path):  # a run is a directory: a file is a trace to import
-        out = Path(run_out) if run_out is not None else default_run_dir(path)
-        if run_out is None and not os.access(out.parent, os.W_OK):
-            raise UsageError(f"cannot write the run beside the trace ({out.parent} is not writable); "
-                             "choose where with run_out (-o/--run-out DIR)")
-        result, analysis = import_and_analyze(path, out, config, force=force, progress=progress,
-                                              max_inflate=max_inflate)
-        for w in result.warnings:
-            warnings.warn(w, TraceImportWarning, stacklevel=2)
-        return analysis
-    if not os.path.exists(path) and path.lower().endswith(TRACE_SUFFIXES):
-        raise InputError(f"no such trace file: {path}")
-    _refuse_run_options(path, run_out, force)
-    return analyze_run(open_run(path), config, progress=progress)
+        run = cast("RunLike", source)
+        return _analyze_on_dask(run, config, progress, workers, scheduler) if distributed else \
+            analyze_run(run, config, progress=progress)
+    plan = plan_trace_import(source, run_out, force=force)
+    if plan is None or plan.reuse:
+        if plan is None:
+            _refuse_run_options(source, run_out, force)
+        path = os.fspath(source) if plan is None else plan.out  # type: ignore[arg-type]
+        return _analyze_on_dask(path, config, progress, workers, scheduler) if distributed else \
+            analyze_run(open_run(path), config, progress=progress)
+    if distributed:  # the workers open the run by its path, and these traces have none yet
+        raise UsageError("--workers/--scheduler analyse a run directory, and these traces are still to import: "
+                         "import traces first (`perfscope import kineto FILES -o DIR`, or `perfscope analyze` them "
+                         "once without --workers/--scheduler), then analyse the run")
+    if run_out is None and not os.access(plan.out.parent, os.W_OK):
+        raise UsageError(f"cannot write the run beside the traces ({plan.out.parent} is not writable); "
+                         "choose where with run_out (--run-out DIR)")
+    result, analysis = import_and_analyze(list(plan.files), plan.out, config, force=force, progress=progress,
+                                          max_inflate=max_inflate)
+    for w in result.warnings:
+        warnings.warn(w, TraceImportWarning, stacklevel=2)
+    return analysis
+
+
+def _analyze_on_dask(source: PathLike | RunLike, config: AnalysisConfig | None, progress: Progress | None,
+                     workers: int | None, scheduler: str | None) -> Analysis:
+    """:func:`perfscope.distributed.analyze_on_dask` on a cluster made or reached for it."""
+    from perfscope.distributed import analyze_on_dask, dask_client
+
+    (config or AnalysisConfig()).check()  # a bad option must not cost starting a cluster
+    with dask_client(workers, scheduler) as client:
+        return analyze_on_dask(source, config, client=client, progress=progress)
 
 
 def _refuse_run_options(source: object, run_out: PathLike | None, force: bool) -> None:
     if run_out is not None or force:
-        raise UsageError(f"run_out and force (-o/--run-out, --force) apply to a trace file, and {source} is not a file; "
+        raise UsageError(f"run_out and force (--run-out, --force) apply to trace files, and {source} is a run; "
                          "to import traces use `perfscope import kineto`")
-
-
-def default_run_dir(trace: PathLike) -> Path:
-    """The run directory a trace is imported into without ``run_out``: beside the trace,
-    named after it (``t.json.gz`` -> ``t.perfscope``)."""
-    p = Path(trace)
-    name = p.name
-    for suffix in (".gz", ".json"):
-        if name.lower().endswith(suffix) and len(name) > len(suffix):
-            name = name[: -len(suffix)]
-    return p.with_name(name + ".perfscope")
 
 
 def import_and_analyze(
@@ -147,4 +166,4 @@ def import_and_analyze(
     return result, analysis
 
 
-__all__ = ["TraceImportWarning", "analyze", "default_run_dir", "import_and_analyze"]
+__all__ = ["TRACE_SUFFIXES", "TraceImportWarning", "analyze", "default_run_dir", "import_and_analyze"]

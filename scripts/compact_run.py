@@ -22,7 +22,8 @@ def compact(src: Path, dst: Path, drop_raw: bool) -> None:
         raise SystemExit(f"{dst} exists")
     dst.mkdir(parents=True)
     shutil.copy2(src / "run.json", dst / "run.json")
-    shutil.copytree(src / "ranks", dst / "ranks")
+    # the source's manifests list its own parts, not the ones written below
+    shutil.copytree(src / "ranks", dst / "ranks", ignore=shutil.ignore_patterns("parts-*.jsonl"))
     if not drop_raw and (src / "nccl_plugin").is_dir():
         shutil.copytree(src / "nccl_plugin", dst / "nccl_plugin")
     for rank in run.ranks:

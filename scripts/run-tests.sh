@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Run the test suite (GPU tests skip themselves without a GPU).
+# Run the lint and type checks (scripts/lint.sh), then the test suite (GPU tests skip
+# themselves without a GPU).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+bash scripts/lint.sh
 python3 -m pytest -q -m "not gpu" "$@"

@@ -2,8 +2,9 @@
 
 ``setup.py`` execs this file and calls :func:`extensions` (so building needs only a C
 compiler: no CUDA or CUPTI headers, no Python headers are used).  The sink is a plain
-shared library loaded with ctypes, named like an extension module so that setuptools
-builds and installs it next to the package.
+shared library loaded with ctypes, declared as an extension module so that setuptools
+builds and installs it next to the package as ``_sink.so`` (setup.py names it without a
+Python version; an install without a compiler skips it).
 
 From a source checkout without installing: ``python collectors/cupti/build.py`` compiles
 it in place with ``cc`` (what the GPU tests do on a fresh machine).
@@ -13,7 +14,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import sysconfig
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -41,8 +41,7 @@ def extensions() -> list:
 
 def build_in_place(cc: str | None = None) -> Path:
     """Compile ``sink.c`` next to itself and return the library's path."""
-    suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
-    out = HERE / f"_sink{suffix}"
+    out = HERE / "_sink.so"  # the name setup.py gives it
     cmd = [cc or os.environ.get("CC", "cc"), *CFLAGS, "-shared", "-fPIC", "-o", str(out), str(SOURCE), "-ldl", "-lpthread"]
     subprocess.run(cmd, check=True)
     return out

@@ -11,11 +11,12 @@ import os
 import threading
 import time
 from collections.abc import Iterable
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
 from perfscope.collectors.cupti import cbids, decode, layouts, probe
+from perfscope.collectors.base import Writer
 from perfscope.collectors.cupti.native import Sink
 from perfscope.errors import CollectorError, CuptiUnavailableError, UsageError
 
@@ -41,12 +42,6 @@ DEFAULT_API_SOURCE = "callback"
 _API_DOMAIN = {layouts.KIND_DRIVER: 1, layouts.KIND_RUNTIME: 2}  # CUpti_CallbackDomain
 SUBSCRIBER_NAME = "perfscope"
 ERROR_MULTIPLE_SUBSCRIBERS = 39  # CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED
-
-
-class Writer(Protocol):
-    """What the collector needs of a :class:`perfscope.store.RankWriter`."""
-
-    def append(self, table_name: str, data: Any) -> None: ...
 
 
 def _cupti() -> Any:
@@ -264,8 +259,8 @@ class CuptiCollector:
         self._sink = sink
         if "nvtx" in self.kinds:
             # NVTX reads this at its first call in the process; harmless if that already happened.
-            for k, v in probe.nvtx_injection_env().items():
-                os.environ.setdefault(k, v)
+            for name, v in probe.nvtx_injection_env().items():
+                os.environ.setdefault(name, v)
         try:
             cupti.set_thread_id_type(cupti.ActivityThreadIdType.SYSTEM)  # tids = gettid(), like host hooks
         except Exception as e:  # noqa: BLE001
@@ -420,8 +415,8 @@ class CuptiCollector:
         s = self._sink.stats()
         api = self._sink.api_stats()
         name_of = {k: lay.name for k, lay in layouts.LAYOUTS.items()}
-        seen: dict[int, int] = s["seen"]  # type: ignore[assignment]
-        kept: dict[int, int] = s["kept"]  # type: ignore[assignment]
+        seen: dict[int, int] = s["seen"]
+        kept: dict[int, int] = s["kept"]
         records = {name_of.get(k, f"kind_{k}"): {"seen": int(v), "kept": int(kept.get(k, 0))} for k, v in seen.items()}
         clock: dict[str, Any] = self._clock.as_dict() if self._clock else {}
         try:
@@ -434,19 +429,19 @@ class CuptiCollector:
         return {
             "rows": dict(self._rows),
             "records": records,
-            "api_filtered": int(s["api_filtered"]),  # type: ignore[arg-type]
+            "api_filtered": int(s["api_filtered"]),
             "api_source": "callback" if self._api_from_callback else "activity",
             "api_callback": api,
             "dropped": {
-                "cupti": int(s["dropped_cupti"]), "sink": int(s["dropped_sink"]),  # type: ignore[arg-type]
-                "buffers_refused": int(s["buffers_refused"]),  # type: ignore[arg-type]
+                "cupti": int(s["dropped_cupti"]), "sink": int(s["dropped_sink"]),
+                "buffers_refused": int(s["buffers_refused"]),
                 "api_callback": api["api_dropped"],
             },
             "untimed_records": self._untimed,
             "overhead": {
-                "sink_callback_ns": int(s["callback_ns"]), "sink_callback_max_ns": int(s["callback_ns_max"]),  # type: ignore[arg-type]
+                "sink_callback_ns": int(s["callback_ns"]), "sink_callback_max_ns": int(s["callback_ns_max"]),
                 "decode_ns": self._decode_ns, "flush_ns": self._flush_ns, "setup_ns": self._setup_ns,
-                "flushes": self._flushes, "buffers": int(s["buffers"]), "buffer_bytes": int(s["valid_bytes"]),  # type: ignore[arg-type]
+                "flushes": self._flushes, "buffers": int(s["buffers"]), "buffer_bytes": int(s["valid_bytes"]),
                 "cupti": dict(self._overhead),
             },
             "clock": clock,

@@ -81,7 +81,7 @@ class Columns:
 
     @staticmethod
     def empty(dtype: np.dtype) -> Columns:
-        return Columns({f: np.zeros(0, dtype.fields[f][0]) for f in dtype.names or ()}, 0)
+        return Columns({f: np.zeros(0, dtype[f]) for f in dtype.names or ()}, 0)
 
 
 Records = Any  # np.ndarray (structured, a layouts dtype) or Columns

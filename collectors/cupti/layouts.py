@@ -14,7 +14,9 @@ pointer.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -119,7 +121,8 @@ class RecordLayout:
     @property
     def string_offsets(self) -> tuple[int, ...]:
         """Byte offsets of the string fields inside one record."""
-        return tuple(self.dtype.fields[f][1] for f in self.string_fields)
+        fields: Mapping[str, Any] = self.dtype.fields or {}
+        return tuple(fields[f][1] for f in self.string_fields)
 
 
 #: every kind the sink can keep, by CUPTI kind value

@@ -8,8 +8,9 @@ from __future__ import annotations
 import ctypes
 import importlib.machinery
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -60,18 +61,17 @@ def load() -> ctypes.CDLL:
     """Load the sink once and declare its functions.
 
     Raises:
-        CuptiUnavailableError: the sink was not built (reinstall perfscope with a C
-            compiler present, or run ``python collectors/cupti/build.py``).
+        CuptiUnavailableError: the sink was not built (the message says how to get it:
+            :data:`perfscope.native.INSTALL_HINT`).
     """
     global _lib
     if _lib is not None:
         return _lib
     path = library_path()
     if path is None:
-        raise CuptiUnavailableError(
-            "perfscope's native CUPTI sink is not built; reinstall perfscope where a C compiler is available "
-            "(pip install --force-reinstall perfscope) or run `python collectors/cupti/build.py` in a checkout"
-        )
+        from perfscope.native import INSTALL_HINT
+
+        raise CuptiUnavailableError(f"perfscope's native CUPTI sink is not built; {INSTALL_HINT}")
     try:
         lib = ctypes.CDLL(str(path))
     except OSError as e:
@@ -174,12 +174,13 @@ class Sink:
         dtype = layouts.LAYOUTS[kind].dtype
         names = list(dtype.names or ())
         n = int(self.lib.ps_pending(kind)) // dtype.itemsize
-        cols = {f: np.empty(n, dtype.fields[f][0]) for f in names}
+        cols = {f: np.empty(n, dtype[f]) for f in names}
         if n == 0:
             return cols
         nf = len(names)
-        offs = (ctypes.c_size_t * nf)(*[dtype.fields[f][1] for f in names])
-        sizes = (ctypes.c_size_t * nf)(*[dtype.fields[f][0].itemsize for f in names])
+        fields: Mapping[str, Any] = dtype.fields or {}
+        offs = (ctypes.c_size_t * nf)(*[fields[f][1] for f in names])
+        sizes = (ctypes.c_size_t * nf)(*[dtype[f].itemsize for f in names])
         outs = (ctypes.c_void_p * nf)(*[cols[f].ctypes.data for f in names])
         got = int(self.lib.ps_take_columns(kind, nf, offs, sizes, outs, n))
         if got < n:
@@ -196,7 +197,7 @@ class Sink:
         got = self.lib.ps_take_strings(buf, n, ctypes.byref(first))
         return buf.raw[:got], int(first.value)
 
-    def stats(self) -> dict[str, object]:
+    def stats(self) -> dict[str, Any]:
         """Counters: ``seen``/``kept`` per CUPTI kind (non-zero only) and the STAT_NAMES values."""
         out = (ctypes.c_uint64 * (2 * MAX_KIND + len(STAT_NAMES)))()
         self.lib.ps_stats(out, len(out))

@@ -123,7 +123,7 @@ def available() -> tuple[bool, str]:
         Initialises the CUDA driver (cuInit) but creates no context.
     """
     try:
-        from cupti import cupti  # noqa: F401
+        from cupti import cupti
     except ImportError:
         return False, "cupti-python is not installed (pip install 'perfscope[gpu]', which pins cupti-python==13.0.1)"
     except Exception as e:  # noqa: BLE001 - cupti-python raises its own errors when libcupti is broken
@@ -200,10 +200,10 @@ def torch_profiler_active() -> bool:
     if torch is None:
         return False
     try:
-        return bool(torch.autograd.profiler._is_profiler_enabled)  # type: ignore[attr-defined]
+        return bool(torch.autograd.profiler._is_profiler_enabled)
     except AttributeError:
         try:
-            return bool(torch._C._autograd._profiler_enabled())  # type: ignore[attr-defined]
+            return bool(torch._C._autograd._profiler_enabled())
         except Exception:  # noqa: BLE001
             return False
 

@@ -36,6 +36,7 @@ class CuptiRecording:
         self._ctx = ctx
         self._route_nvtx(ctx, cupti.nvtx_injection_env)
         try:
+            assert ctx.writer is not None  # in-process collectors get the rank's writer
             collector = cupti.CuptiCollector(ctx.writer, api_source=ctx.options.cupti_api_source)
             collector.start()
         except CuptiUnavailableError as e:

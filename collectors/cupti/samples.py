@@ -33,7 +33,7 @@ def save(folder: Path, drains: Sequence[dict[str, np.ndarray]], collector: Any, 
     """
     limits = {**DEFAULT_LIMITS, **(limits or {})}
     folder.mkdir(parents=True, exist_ok=True)
-    arrays: dict[str, np.ndarray] = {}
+    arrays: dict[str, Any] = {}  # savez keywords (Any: numpy types its allow_pickle keyword too)
     counts: dict[str, int] = {}
     for kind in layouts.BY_NAME:
         parts = [d[kind] for d in drains if kind in d and d[kind].size]

@@ -186,6 +186,8 @@ def _bracketed(text: str | None) -> str | None:
 # -- areas ------------------------------------------------------------------------------
 def _process(proc: Path, env: Mapping[str, str]) -> dict[str, Any]:
     status = _status_fields(proc)
+    cpus: str | None
+    pid: int | None
     if proc == REAL_PROC and hasattr(os, "sched_getaffinity"):
         cpus = format_cpulist(os.sched_getaffinity(0))
         pid = os.getpid()
@@ -374,7 +376,7 @@ def load_nvml(nvml: Any = None) -> tuple[Any, str | None]:
     """Return (an initialised NVML module, None) or (None, the reason it is unavailable)."""
     if nvml is None:
         try:
-            import pynvml as nvml  # type: ignore[import-not-found,no-redef]
+            import pynvml as nvml  # type: ignore[no-redef]
         except ImportError:
             return None, "nvidia-ml-py is not installed (pip install nvidia-ml-py)"
     try:

@@ -73,10 +73,9 @@ def plugin_path() -> Path:
     found = sorted(here.glob(f"{LIBRARY_STEM}*.so"))
     if found:
         return found[0]
-    raise CollectorError(
-        f"the NCCL profiler plugin is not built (no {LIBRARY_STEM}*.so in {here}); build it with "
-        "`pip install -e .` (or `python setup.py build_ext --inplace`) from the perfscope checkout; it needs gcc"
-    )
+    from perfscope.native import INSTALL_HINT
+
+    raise CollectorError(f"the NCCL profiler plugin is not built (no {LIBRARY_STEM}*.so in {here}); {INSTALL_HINT}")
 
 
 def _loaded_library() -> ctypes.CDLL | None:

@@ -2,8 +2,9 @@
 
 The plugin is a plain C shared library (no Python module inside: nothing imports it); it is
 declared as a setuptools ``Extension`` only so that ``pip install .`` and ``pip install -e .``
-compile it with the same toolchain as everything else.  It lands in the installed package
-folder ``perfscope/collectors/nccl/`` as ``libperfscope_nccl<EXT_SUFFIX>``, where
+compile it with the same toolchain as everything else (or skip it, with a note, where no
+compiler works).  It lands in the installed package folder ``perfscope/collectors/nccl/`` as
+``libperfscope_nccl.so`` (setup.py names it without a Python version), where
 :func:`perfscope.collectors.nccl.plugin_path` finds it.
 
 Flags that matter:

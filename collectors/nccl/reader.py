@@ -135,7 +135,7 @@ def read_file(path: str | os.PathLike[str]) -> PluginFile:
         raise InputError(f"{p} uses {int(hdr['rec_size'])}-byte records; this perfscope reads {REC_SIZE}-byte records (upgrade perfscope)")
     if int(hdr["version"]) not in FORMAT_VERSIONS:
         raise InputError(f"{p} has plugin file format {int(hdr['version'])}; this perfscope reads {list(FORMAT_VERSIONS)} (upgrade perfscope)")
-    header = {n: (hdr[n].item() if n not in ("magic", "host") else bytes(hdr[n]).split(b"\x00")[0].decode()) for n in HEADER_DTYPE.names}
+    header = {n: (hdr[n].item() if n not in ("magic", "host") else bytes(hdr[n]).split(b"\x00")[0].decode()) for n in HEADER_DTYPE.names or ()}
     body = len(raw) - REC_SIZE
     whole = body // REC_SIZE
     recs = np.frombuffer(raw, dtype=RECORD_DTYPE, count=whole, offset=REC_SIZE).copy()
@@ -371,8 +371,9 @@ def _collectives(ev: pd.DataFrame, kch: pd.DataFrame, comms: pd.DataFrame, offse
         "root": _nint(ops["i0"].to_numpy(), ~(is_coll & func.isin(ROOTED)).to_numpy(), "Int32"),
         "peer": _nint(ops["i0"].to_numpy(), is_coll.to_numpy(), "Int32"),
         "nranks": _nint(_comm_col(comms, ops["comm"], "nranks").to_numpy(), dtype="Int32"),
-        "algorithm": np.where(is_coll, ops["algo"], None).astype(object),
-        "protocol": np.where(is_coll, ops["proto"], None).astype(object),
+        # numpy's stubs take a None branch for the one-argument where()
+        "algorithm": np.where(is_coll, ops["algo"], None).astype(object),  # type: ignore[attr-defined]
+        "protocol": np.where(is_coll, ops["proto"], None).astype(object),  # type: ignore[attr-defined]
         "nchannels": _nint(ops["nch"].to_numpy(), dtype="Int32"),
         "nwarps": _nint(ops["nwarps"].to_numpy(), ~is_coll.to_numpy(), "Int32"),
         "source": "nccl_plugin",

@@ -2,7 +2,9 @@
 
 Exit codes: 0 no regression (also an improvement, and "too few steps" with a warning),
 1 regression beyond ``--max-regression``, 2 usage or input error (raised as
-:class:`~perfscope.errors.PerfscopeError` and mapped in :mod:`perfscope.cli.main`).
+:class:`~perfscope.errors.PerfscopeError` and mapped in :mod:`perfscope.cli.main`),
+including a run with no steps at all unless ``--allow-empty``: a gate that finds nothing to
+measure (a wrong ``--step-pattern``, a recording that broke) must not pass silently.
 """
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ from typing import TYPE_CHECKING
 import click
 
 from perfscope.cli.options import analysis_options, progress_reporter, stdout_style
-from perfscope.errors import UsageError
+from perfscope.errors import InputError, UsageError
 
 if TYPE_CHECKING:
     from perfscope.analyzers import AnalysisConfig
@@ -55,9 +57,15 @@ def run_compare(
     per_rank: bool = False,
     min_steps: int = 5,
     seed: int = 0,
+    allow_empty: bool = False,
 ) -> Comparison:
     """Analyse both runs with the same ``config`` (:func:`perfscope.analyze`) and compare
-    them (see :func:`perfscope.analyzers.compare.compare_runs`)."""
+    them (see :func:`perfscope.analyzers.compare.compare_runs`).
+
+    Raises:
+        InputError: a run has no steps and ``allow_empty`` is false (with it, such a run
+            is "too few steps" like one with fewer than ``min_steps``: a pass with a warning).
+    """
     import perfscope
     from perfscope.analyzers.compare import compare_runs, normalize_metric
 
@@ -66,6 +74,10 @@ def run_compare(
     for path in (base, new):
         with progress_reporter(f"analysing {path}") as progress:
             analyses.append(perfscope.analyze(path, config, progress=progress))
+    empty = [path for path, x in zip((base, new), analyses) if len(x.steps) == 0]
+    if empty and not allow_empty:
+        raise InputError(f"no steps in {' and '.join(empty)}: there is nothing to compare; check --step-pattern "
+                         "and --ranks (perfscope analyze RUN shows what was found), or pass --allow-empty to pass anyway")
     a, b = analyses
     return compare_runs(a, b, metric=metric, max_regression=max_regression, per_rank=per_rank, min_steps=min_steps,
                         seed=seed, base_label=base, new_label=new)
@@ -80,7 +92,9 @@ def run_compare(
               help="Allowed slowdown as a share of the base median step time: 5% or 0.05.")
 @click.option("--per-rank", is_flag=True, help="Judge every rank separately (any rank's regression fails).")
 @click.option("--min-steps", default=5, show_default=True, type=click.IntRange(min=1),
-              help="Refuse to judge (pass with a warning) when either run has fewer steps.")
+              help="Refuse to judge (pass with a warning) when either run has fewer steps, but some.")
+@click.option("--allow-empty", is_flag=True,
+              help="A run with no steps at all passes with a warning (default: exit 2).")
 @analysis_options
 @click.option("--format", "fmts", type=click.Choice(FORMAT_CHOICES), multiple=True,
               help="text (default), md (CI job summary), junit (XML), html (self-contained) or json. "
@@ -91,13 +105,14 @@ def run_compare(
 @click.option("--seed", default=0, show_default=True, type=int, hidden=True, help="Bootstrap seed.")
 @click.pass_context
 def compare(ctx: click.Context, base: str, new: str, metric: str, max_regression: str, per_rank: bool, min_steps: int,
-            config: AnalysisConfig, fmts: tuple[str, ...], outputs: tuple[str, ...], force: bool, seed: int) -> None:
+            allow_empty: bool, config: AnalysisConfig, fmts: tuple[str, ...], outputs: tuple[str, ...], force: bool, seed: int) -> None:
     """Compare run NEW against run BASE; exit 1 if NEW regressed beyond noise.
 
     The verdict uses the per-step distributions: the change of the median step time with a
     bootstrap interval.  NEW fails only when it is significantly slower AND the slowdown
     exceeds --max-regression.  --step-pattern and --ranks apply to both runs.  Exit codes:
-    0 pass, 1 regression, 2 usage or input error.
+    0 pass, 1 regression, 2 usage or input error, or a run with no steps (--allow-empty
+    passes it with a warning).
 
     \b
     Examples:
@@ -111,7 +126,7 @@ def compare(ctx: click.Context, base: str, new: str, metric: str, max_regression
     threshold = parse_share(max_regression)
     targets = plan_outputs(fmts, outputs, force=force)
     result = run_compare(base, new, config, metric=metric, max_regression=threshold, per_rank=per_rank,
-                         min_steps=min_steps, seed=seed)
+                         min_steps=min_steps, seed=seed, allow_empty=allow_empty)
     for fmt, output in targets:
         if output is None:
             color, width = stdout_style(PIPE_WIDTH)

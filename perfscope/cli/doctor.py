@@ -1,4 +1,4 @@
-"""``perfscope doctor [--json] [--strict]``: check this machine's GPU, CPU, NUMA and NCCL setup.
+"""``perfscope doctor [--format text|json] [-o FILE] [--strict]``: check this machine's GPU, CPU, NUMA and NCCL setup.
 
 It only reads: nothing is changed, and no root is needed (what cannot be read is skipped).
 """
@@ -8,21 +8,30 @@ import json
 
 import click
 
+from perfscope.cli.options import (
+    emit,
+    format_option,
+    output_option,
+    output_target,
+    text_style,
+)
 from perfscope.doctor import diagnose, failed
 
 
 @click.command(name="doctor")
-@click.option("--json", "as_json", is_flag=True, help="Print {facts, checks, summary} as one JSON document.")
+@format_option(("text", "json"), "text", "text (one row per check) or json ({facts, checks, summary}).", json_alias=True)
+@output_option("the checks")
 @click.option("--strict", is_flag=True, help="Exit with status 1 when any check fails.")
-def doctor(as_json: bool, strict: bool) -> int:
+def doctor(fmt: str, output: str | None, force: bool, strict: bool) -> int:
     """Check this machine's GPU, CPU, NUMA and NCCL settings (changes nothing)."""
+    target = output_target(output, force=force)
     doc = diagnose()
-    if as_json:
-        click.echo(json.dumps(doc, indent=1, default=str))
+    if fmt == "json":
+        emit(json.dumps(doc, indent=1, default=str) + "\n", target)
     else:
-        from perfscope.cli.options import stdout_style
-        from perfscope.reports.text import render_doctor_text
+        from perfscope.reports.text import NATURAL_WIDTH, render_doctor_text
 
-        color, width = stdout_style(80)
-        click.echo(render_doctor_text(doc, width=width, color=color), nl=False)
+        # In a pipe or a file, as wide as the checks need: never cut a message or a fix.
+        color, width = text_style(target, NATURAL_WIDTH)
+        emit(render_doctor_text(doc, width=width, color=color), target)
     return 1 if strict and failed(doc) else 0

@@ -30,7 +30,7 @@ COMMANDS: dict[str, str] = {
 HELP = {
     "record": "Record a training job: perfscope record -o RUN -- CMD ...",
     "import": "Import traces from other profilers (Kineto/PyTorch profiler JSON).",
-    "export": "Export a run to other formats (Chrome/Perfetto trace JSON).",
+    "export": "Export a run (Chrome/Perfetto trace JSON, TensorBoard).",
     "info": "Show a run's metadata and row counts.",
     "analyze": "Break each step's time into buckets and recommend changes.",
     "report": "Write an analysis report (Markdown or self-contained HTML).",

@@ -1,10 +1,15 @@
-"""What the analysing commands share: ``--step-pattern``/``--ranks``, progress on stderr,
-terminal facts, and the warnings of an import.
+"""What the commands share: ``--step-pattern``/``--ranks``, ``-o FILE`` and ``--format``,
+progress on stderr, terminal facts, and the warnings of an import.
 
 ``analyze``, ``report``, ``compare`` and ``dashboard`` take :func:`analysis_options`, which
 hands the command one :class:`~perfscope.analyzers.AnalysisConfig` as ``config``; they all
-analyse through :func:`perfscope.analyze`.  Report files go through
-:mod:`perfscope.reports.output`.
+analyse through :func:`perfscope.analyze`.
+
+The CLI conventions (README "CLI conventions"): ``-o`` is always the file a command writes
+its output to, ``-`` (or no ``-o``) meaning stdout, checked before any work and replaced
+only with ``--force`` (:func:`output_target`, :func:`emit`; files go through
+:mod:`perfscope.reports.output`); ``--format`` picks the output format in every command
+(:func:`format_option`, with ``--json`` kept as a hidden alias where it existed).
 """
 from __future__ import annotations
 
@@ -15,6 +20,7 @@ import shutil
 import sys
 import warnings
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
@@ -113,6 +119,67 @@ def stdout_style(pipe_width: int) -> tuple[bool, int]:
     return "NO_COLOR" not in os.environ, max(80, shutil.get_terminal_size((pipe_width, 24)).columns)
 
 
+def format_option(choices: tuple[str, ...], default: str, help: str, *, json_alias: bool = False) -> Callable[[F], F]:
+    """``--format`` (the command receives it as ``fmt``); with ``json_alias``, also a
+    hidden ``--json`` flag that means ``--format json`` (the older spelling)."""
+
+    def decorate(command: F) -> F:
+        @click.option("--format", "fmt", type=click.Choice(choices), default=None, help=f"{help} Default: {default}.")
+        @functools.wraps(command)
+        def wrapper(*args: Any, fmt: str | None, **kwargs: Any) -> Any:
+            if json_alias and kwargs.pop("as_json"):
+                if fmt not in (None, "json"):
+                    raise UsageError(f"--json means --format json; it contradicts --format {fmt}")
+                fmt = "json"
+            return command(*args, fmt=fmt or default, **kwargs)
+
+        if json_alias:
+            wrapper = click.option("--json", "as_json", is_flag=True, hidden=True, help="Same as --format json.")(wrapper)
+        return wrapper  # type: ignore[return-value]
+
+    return decorate
+
+
+def output_option(what: str = "the output", force_help: str = "Replace FILE if it exists.") -> Callable[[F], F]:
+    """``-o/--output FILE`` (``-`` is stdout) and ``--force``, received as ``output`` and
+    ``force``."""
+
+    def decorate(command: F) -> F:
+        command = click.option("--force", is_flag=True, help=force_help)(command)
+        return click.option("-o", "--output", type=click.Path(dir_okay=False, allow_dash=True), default=None,
+                            metavar="FILE", help=f"Write {what} to FILE (default and -: stdout).")(command)
+
+    return decorate
+
+
+def output_target(output: str | None, *, force: bool) -> Path | None:
+    """Where ``-o`` sends the output: None for stdout (no ``-o``, or ``-``), else the file,
+    checked now, before the work that makes it.
+
+    Raises:
+        RunExistsError: the file exists and ``force`` is false.
+    """
+    from perfscope.reports.output import check_output
+
+    return None if output in (None, "-") else check_output(output, force=force)
+
+
+def text_style(target: Path | None, pipe_width: int) -> tuple[bool, int]:
+    """(colour, width) of a text report going to ``target``: :func:`stdout_style` for
+    stdout, no colour and ``pipe_width`` columns for a file."""
+    return stdout_style(pipe_width) if target is None else (False, pipe_width)
+
+
+def emit(text: str, target: Path | None) -> None:
+    """Print ``text`` on stdout (``target`` None) or write it to the file atomically."""
+    from perfscope.reports.output import write_atomic
+
+    if target is None:
+        click.echo(text, nl=False)
+    else:
+        write_atomic(target, text)
+
+
 @contextlib.contextmanager
 def import_warnings_on_stderr() -> Iterator[None]:
     """Show what an import had to guess (:class:`perfscope.pipeline.TraceImportWarning`) as
@@ -133,8 +200,13 @@ __all__ = [
     "Reporter",
     "analysis_config",
     "analysis_options",
+    "emit",
+    "format_option",
     "import_warnings_on_stderr",
+    "output_option",
+    "output_target",
     "parse_ranks",
     "progress_reporter",
     "stdout_style",
+    "text_style",
 ]

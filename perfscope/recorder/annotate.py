@@ -21,7 +21,7 @@ def _resolve_nvtx() -> None:
     """Pick the NVTX backend once: the nvtx package, else torch.cuda.nvtx, else none."""
     global _nvtx_resolved, _nvtx_push, _nvtx_pop
     try:
-        import nvtx  # type: ignore[import-not-found]
+        import nvtx
 
         domain = nvtx.get_domain("perfscope")
         attrs: dict[str, Any] = {}

@@ -64,10 +64,15 @@ def join_or_create_run(
         return run_id, False
     if run_id is not None:
         _replace_same_id_run(path, run_id, overwrite)
-    meta = create_run(
-        path, command=list(sys.orig_argv), source=source, world_size=world, run_id=run_id,
-        environment=environment_snapshot(note), collectors=collectors, overwrite=overwrite,
-    )
+    try:
+        meta = create_run(
+            path, command=list(sys.orig_argv), source=source, world_size=world, run_id=run_id,
+            environment=environment_snapshot(note), collectors=collectors, overwrite=overwrite,
+        )
+    except RunExistsError:
+        # The store's message names the CLI's --force; in Python the argument is overwrite.
+        raise RunExistsError(f"{path} already holds a run or other files; choose another path or pass "
+                             "overwrite=True to replace it") from None
     return meta["run_id"], True
 
 

@@ -14,6 +14,7 @@ plotly or rich.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from perfscope.errors import UsageError
@@ -40,7 +41,7 @@ ANALYSIS_FORMATS: tuple[str, ...] = tuple(ANALYSIS_RENDERERS)
 COMPARISON_FORMATS: tuple[str, ...] = tuple(COMPARISON_RENDERERS)
 
 
-def _renderer(table: dict[str, str], fmt: str) -> Any:
+def _renderer(table: dict[str, str], fmt: str) -> Callable[..., str]:
     try:
         module, name = table[fmt].split(":")
     except KeyError:
@@ -55,7 +56,7 @@ def render_analysis(a: Analysis, fmt: str, **options: Any) -> str:
     Raises:
         UsageError: an unknown format.
     """
-    return _renderer(ANALYSIS_RENDERERS, fmt)(a, **options)  # type: ignore[no-any-return]
+    return _renderer(ANALYSIS_RENDERERS, fmt)(a, **options)
 
 
 def render_comparison(c: Comparison, fmt: str, **options: Any) -> str:
@@ -65,7 +66,7 @@ def render_comparison(c: Comparison, fmt: str, **options: Any) -> str:
     Raises:
         UsageError: an unknown format.
     """
-    return _renderer(COMPARISON_RENDERERS, fmt)(c, **options)  # type: ignore[no-any-return]
+    return _renderer(COMPARISON_RENDERERS, fmt)(c, **options)
 
 
 __all__ = ["ANALYSIS_FORMATS", "COMPARISON_FORMATS", "render_analysis", "render_comparison"]

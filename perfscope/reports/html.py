@@ -13,7 +13,7 @@ import plotly.io as pio
 
 from perfscope.analyzers import BUCKET_COLUMNS, BUCKETS, step_summary
 from perfscope.analyzers.result import Analysis
-from perfscope.reports import figures as F
+from perfscope.reports import figures
 from perfscope.reports.style import escape_html as e
 from perfscope.reports.style import ms
 
@@ -87,8 +87,8 @@ def _findings(a: Analysis) -> list[str]:
 
 def _buckets(a: Analysis) -> list[str]:
     summary = step_summary(a.steps)
-    out = ["<h2>Where the step time goes</h2>", figure_div(F.rank_shares_figure(summary), "fig-ranks"),
-           figure_div(F.step_buckets_figure(a.steps), "fig-steps")]
+    out = ["<h2>Where the step time goes</h2>", figure_div(figures.rank_shares_figure(summary), "fig-ranks"),
+           figure_div(figures.step_buckets_figure(a.steps), "fig-steps")]
     if len(summary):
         rows = [[str(int(s["rank"])), str(int(s["steps"])), ms(s["wall_ns"]),
                  *[f"{ms(s[c])} ({100 * s[c] / (s['wall_ns'] or 1):.1f}%)" for c in BUCKET_COLUMNS]] for _, s in summary.iterrows()]
@@ -97,13 +97,13 @@ def _buckets(a: Analysis) -> list[str]:
 
 
 def _gpu(a: Analysis) -> list[str]:
-    return ["<h2>GPU time over the traced span (HTA temporal breakdown)</h2>", figure_div(F.gpu_summary_figure(a.gpu_summary), "fig-gpu")]
+    return ["<h2>GPU time over the traced span (HTA temporal breakdown)</h2>", figure_div(figures.gpu_summary_figure(a.gpu_summary), "fig-gpu")]
 
 
 def _collectives(a: Analysis) -> list[str]:
     if not (len(a.collectives) and (a.collectives["matched_ranks"] > 1).any()):
         return []
-    out = ["<h2>Collectives and stragglers</h2>", figure_div(F.arrival_skew_figure(a.collectives), "fig-skew")]
+    out = ["<h2>Collectives and stragglers</h2>", figure_div(figures.arrival_skew_figure(a.collectives), "fig-skew")]
     if len(a.stragglers):
         out.append(html_table(["rank", "ops", "arrived last", "share", "mean lateness ms", "cost to others ms"],
                               [[str(int(r["rank"])), str(int(r["ops"])), str(int(r["last_count"])), f"{100 * r['last_share']:.0f}%",
@@ -115,7 +115,7 @@ def _kernels(a: Analysis) -> list[str]:
     if not len(a.kernels):
         return []
     k = a.kernels.sort_values("total_ns", ascending=False).head(25)
-    return ["<h2>Top kernels</h2>", figure_div(F.top_kernels_figure(a.kernels), "fig-kernels"),
+    return ["<h2>Top kernels</h2>", figure_div(figures.top_kernels_figure(a.kernels), "fig-kernels"),
             html_table(["kernel", "rank", "kind", "count", "total ms", "mean us", "share"],
                        [[e(r["name"], 160), str(int(r["rank"])), e(r["kind"]), str(int(r["count"])), ms(r["total_ns"]),
                          f"{r['mean_ns'] / 1e3:,.1f}", f"{100 * r['share']:.1f}%"] for _, r in k.iterrows()])]

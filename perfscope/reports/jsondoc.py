@@ -7,7 +7,6 @@ become null, and anything else that JSON cannot hold becomes its text.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from typing import TYPE_CHECKING, Any
 
@@ -15,6 +14,7 @@ import pandas as pd
 
 from perfscope.analyzers import BUCKETS, step_summary
 from perfscope.analyzers.result import Analysis, Recommendation
+from perfscope.reports import indented_json
 
 if TYPE_CHECKING:
     from perfscope.analyzers.compare import Comparison
@@ -107,7 +107,7 @@ def analysis_to_json(a: Analysis) -> dict[str, Any]:
 
 def render_analysis_json(a: Analysis) -> str:
     """:func:`analysis_to_json` as JSON text (indent 1, no NaN literals, no final newline)."""
-    return json.dumps(analysis_to_json(a), indent=1, allow_nan=False)
+    return indented_json.dumps(analysis_to_json(a), indent=1)
 
 
 def comparison_to_json(c: Comparison) -> dict[str, Any]:
@@ -147,7 +147,7 @@ def comparison_to_json(c: Comparison) -> dict[str, Any]:
 
 def render_comparison_json(c: Comparison) -> str:
     """:func:`comparison_to_json` as indented JSON text (strict: no NaN literals), newline-ended."""
-    return json.dumps(comparison_to_json(c), indent=2, allow_nan=False, ensure_ascii=False) + "\n"
+    return indented_json.dumps(comparison_to_json(c), indent=2, ensure_ascii=False) + "\n"
 
 
 __all__ = [

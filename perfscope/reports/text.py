@@ -21,7 +21,11 @@ if TYPE_CHECKING:
 
     from perfscope.analyzers.compare import Comparison
 
-MAX_STEP_ROWS = 40
+# Rows of the top-kernels table, and how much of a (C++ template) kernel name it shows.
+TOP_KERNELS = 10
+KERNEL_NAME_WIDTH = 70
+# "As wide as it needs": text going to a pipe or a file is never cut to a terminal's width.
+NATURAL_WIDTH = 10_000
 VERDICT_STYLE = {
     "regression": "bold red", "improvement": "bold green", "too_few_steps": "yellow",
     "inconclusive": "yellow", "slower": "", "faster": "green", "unchanged": "dim",
@@ -37,26 +41,36 @@ def _console(width: int, color: bool, **kw: Any) -> tuple[Console, io.StringIO]:
 # -- an analysis --------------------------------------------------------------------------
 
 
-def render_analysis_text(a: Analysis, *, width: int = 160, color: bool = False) -> str:
-    """The terminal report of an analysis: run facts, median step per rank, the first steps,
-    stragglers, top findings and warnings."""
+def render_analysis_text(a: Analysis, *, width: int = 160, color: bool = False, steps: bool = False,
+                         top_kernels: int = TOP_KERNELS) -> str:
+    """The terminal report of an analysis, the answer first: run facts, the findings, the
+    warnings, then the summary (median step per rank, stragglers, the ``top_kernels``
+    kernels with the most GPU time) and, with ``steps``, every step's buckets."""
     con, buf = _console(width, color)
     meta = a.meta or {}
     con.print(Text(f"run {meta.get('run_id', '?')}  source={meta.get('source', '?')}  world_size={meta.get('world_size', '?')}  "
                    f"status={meta.get('status', '?')}", style="bold"))
-    if len(a.steps) == 0:
-        con.print("no steps to break down")
-    else:
-        _print_step_tables(con, a)
-        if len(a.stragglers):
-            con.print(_stragglers_table(a.stragglers))
+    if len(a.steps):
         _print_findings(con, a)
     for w in a.warnings:
         con.print(Text(f"warning: {w}", style="yellow"))
+    if len(a.steps) == 0:
+        con.print("no steps to break down")
+    else:
+        con.print(_median_step_table(a))
+        if len(a.stragglers):
+            con.print(_stragglers_table(a.stragglers))
+    kernels = _kernels_table(a.kernels, top_kernels)
+    if kernels is not None:
+        con.print(kernels)
+    if len(a.steps) and steps:
+        con.print(_steps_table(a.steps))
+    elif len(a.steps):
+        con.print(Text(f"(--steps lists each step's buckets: {len(a.steps)} rows)", style="dim"))
     return buf.getvalue()
 
 
-def _print_step_tables(con: Console, a: Analysis) -> None:
+def _median_step_table(a: Analysis) -> Table:
     t = Table(title="Median step per rank (ms, % of step)", title_justify="left")
     for h in ("rank", "steps", "wall", *BUCKETS):
         t.add_column(h, justify="right")
@@ -64,17 +78,50 @@ def _print_step_tables(con: Console, a: Analysis) -> None:
         w = s["wall_ns"] or 1
         t.add_row(str(int(s["rank"])), str(int(s["steps"])), f"{s['wall_ns'] / 1e6:,.2f}",
                   *[f"{s[c] / 1e6:,.2f} ({100 * s[c] / w:.0f}%)" for c in BUCKET_COLUMNS])
-    con.print(t)
-    steps = a.steps
+    return t
+
+
+def _steps_table(steps: pd.DataFrame) -> Table:
     t = Table(title="Steps (ms)", title_justify="left")
     for h in ("rank", "step", "wall", *BUCKETS, "hidden net", "hidden pcie"):
         t.add_column(h, justify="right")
-    for _, s in steps.head(MAX_STEP_ROWS).iterrows():
+    for _, s in steps.iterrows():
         t.add_row(str(int(s["rank"])), str(int(s["step"])), f"{s['wall_ns'] / 1e6:,.2f}",
                   *[f"{s[c] / 1e6:,.2f}" for c in BUCKET_COLUMNS], f"{s['hidden_network_ns'] / 1e6:,.2f}", f"{s['hidden_pcie_ns'] / 1e6:,.2f}")
-    con.print(t)
-    if len(steps) > MAX_STEP_ROWS:
-        con.print(f"({len(steps) - MAX_STEP_ROWS} more steps: use --format json)")
+    return t
+
+
+def top_kernels_overall(kernels: pd.DataFrame, n: int) -> pd.DataFrame:
+    """The ``n`` kernel names with the most GPU time over all ranks, from the analysis's
+    per-rank table (:attr:`Analysis.kernels`, which keeps each rank's top names).
+
+    Returns:
+        ``name``, ``kind``, ``count``, ``total_ns``, ``mean_ns`` (ns) and ``share`` (of all
+        ranks' kernel time, 0..1), by ``total_ns`` descending (ties by name).
+    """
+    k = kernels[kernels["count"] > 0]
+    # Each rank's kernel time is total_ns / share of any of its rows.
+    per_rank = (k["total_ns"] / k["share"].where(k["share"] > 0)).groupby(k["rank"]).median()
+    g = k.groupby("name", sort=True, observed=True).agg(kind=("kind", "first"), count=("count", "sum"),
+                                                         total_ns=("total_ns", "sum")).reset_index()
+    g["mean_ns"] = g["total_ns"] / g["count"]
+    all_ranks = float(per_rank.sum())
+    g["share"] = g["total_ns"] / all_ranks if all_ranks > 0 else 0.0
+    return g.sort_values("total_ns", ascending=False, kind="stable").head(n).reset_index(drop=True)
+
+
+def _kernels_table(kernels: pd.DataFrame, n: int) -> Table | None:
+    if n <= 0 or not len(kernels):
+        return None
+    ranks = kernels["rank"].nunique()
+    t = Table(title=f"Top kernels by GPU time{f' (all {ranks} ranks)' if ranks > 1 else ''}", title_justify="left")
+    for h, just in (("kernel", "left"), ("kind", "left"), ("count", "right"), ("total ms", "right"),
+                    ("mean us", "right"), ("share", "right")):
+        t.add_column(h, justify=just, no_wrap=h == "kernel", overflow="ellipsis")  # type: ignore[arg-type]
+    for _, r in top_kernels_overall(kernels, n).iterrows():
+        t.add_row(Text(short(r["name"], KERNEL_NAME_WIDTH)), Text(str(r["kind"])), f"{int(r['count']):,}",
+                  f"{r['total_ns'] / 1e6:,.2f}", f"{r['mean_ns'] / 1e3:,.1f}", f"{100 * r['share']:.1f}%")
+    return t
 
 
 def _stragglers_table(stragglers: pd.DataFrame) -> Table:
@@ -195,10 +242,15 @@ def render_info_text(doc: dict[str, Any], *, width: int = 80, color: bool = Fals
             str((gpu.get("name") if isinstance(gpu, dict) else gpu) or "-"),
         )
     con.print(ranks)
+    for r in doc["ranks"]:
+        if r.get("trace"):
+            con.print(f"rank {r.get('rank')} trace: {r['trace']}", markup=False)
     tables = Table("table", "rows", title="tables")
     for name, n in doc["tables"].items():
         tables.add_row(name, f"{n:,}")
     con.print(tables)
+    for w in doc.get("integrity_warnings", ()):
+        con.print(Text.assemble(("warning: ", "yellow"), str(w)))
     return buf.getvalue()
 
 
@@ -217,10 +269,10 @@ def render_doctor_text(doc: dict[str, Any], *, width: int = 80, color: bool = Fa
         )
     con.print(table)
     s = doc["summary"]
-    con.print(f"{s['pass']} pass, {s['warn']} warn, {s['fail']} fail, {s['skip']} skip  (perfscope doctor --json for every fact)")
+    con.print(f"{s['pass']} pass, {s['warn']} warn, {s['fail']} fail, {s['skip']} skip  (perfscope doctor --format json for every fact)")
     for err in facts.get("errors") or []:
         con.print(Text(f"could not read: {err}", style="dim"))
     return buf.getvalue()
 
 
-__all__ = ["MAX_STEP_ROWS", "render_analysis_text", "render_comparison_text", "render_doctor_text", "render_info_text"]
+__all__ = ["NATURAL_WIDTH", "TOP_KERNELS", "render_analysis_text", "render_comparison_text", "render_doctor_text", "render_info_text", "top_kernels_overall"]

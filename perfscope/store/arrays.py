@@ -165,7 +165,7 @@ def column(values: Any, type_: pa.DataType) -> Any:
     if pa.types.is_integer(base):
         return int_array(values, base)
     if pa.types.is_string(base):
-        return str_array(values)  # type: ignore[return-value]
+        return str_array(values)
     if pa.types.is_boolean(base):
         return bool_array(values)
     if pa.types.is_floating(base):

@@ -9,14 +9,23 @@ Perfetto and HTA read it:
   the run), so a double holds them to the nanosecond;
 * per rank, one **GPU process** per device (``rank R GPU D``) with one lane per stream for
   kernels, memcpy and memset (``tid`` = stream id, as Kineto), plus lanes for
-  synchronisation, GPU annotations and NCCL collectives;
+  synchronisation, GPU annotations, NCCL collectives and one lane per NCCL channel (the
+  profiler plugin's per-channel kernel timing, ``nccl_channels``);
 * per rank, one **host process** per host pid (``rank R host``) with lanes for steps
-  (``ProfilerStep#N``), markers, CUDA API calls (on the calling thread's id) and host spans;
+  (``ProfilerStep#N``), markers, CUDA API calls (on the calling thread's id), host spans
+  and NCCL proxy work (``proxy``: one lane per channel and direction, steps nested in
+  their proxy operation);
 * every event carries the Kineto ``args`` keys (``device``, ``stream``, ``correlation``,
   ``grid``, ``bytes`` ...).  Values Kineto has no key for (memory kinds, marker sources,
   the original thread of a lane, collective details, NVML metrics as counters) go under
   ``args.ps``, and a top-level ``perfscope`` block maps exported pids back to ranks and
-  host pids.  With those, import -> export -> import gives the same tables.
+  host pids.  With those, import -> export -> import gives the same tables (every table
+  the Kineto importer reads; the NCCL channel and proxy lanes are for viewing).
+
+The events come from :mod:`perfscope.store.trace_events`; this module writes them.  The
+TensorBoard exporter (:mod:`perfscope.store.tensorboard`) writes the same events
+through :func:`write_trace` with the :data:`TENSORBOARD` dialect: the few category and
+naming choices where the PyTorch profiler plugin reads an older Kineto spelling.
 
 JSON is written in chunks as it is produced (one rank and table at a time, encoded with
 msgspec), never as one giant list of dicts; ``.json.gz`` outputs are gzip-compressed.
@@ -29,14 +38,20 @@ import os
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, cast
 
 import msgspec
-import numpy as np
-import pandas as pd
 
 from perfscope.errors import PerfscopeError, RunExistsError, UsageError
 from perfscope.store.reader import Run, open_run
+from perfscope.store.trace_events import (
+    CHROME,
+    TENSORBOARD,
+    Dialect,
+    Lanes,
+    Pids,
+    rank_events,
+)
 
 _CHUNK = 20_000  # events encoded per write
 
@@ -48,73 +63,6 @@ class ExportResult:
     path: Path
     events: int
     ranks: list[int]
-
-
-def _pylist(s: pd.Series) -> list[Any]:
-    """Column values as Python objects with None for nulls (no pandas NA/NaN leaks)."""
-    if s.dtype == object:
-        return [None if v is None or v is pd.NA or (isinstance(v, float) and v != v) else v for v in s.tolist()]
-    if isinstance(s.dtype, pd.CategoricalDtype) or str(s.dtype) in ("Int64", "Int32", "boolean", "string"):
-        return s.astype(object).where(s.notna(), None).tolist()
-    return s.tolist()
-
-
-def _us(ns: np.ndarray | pd.Series, base: int) -> list[float]:
-    """ns since epoch -> µs since ``base`` as floats (exact to the ns below ~100 days)."""
-    return ((np.asarray(ns, dtype=np.int64) - base) / 1000.0).tolist()
-
-
-def _columns(df: pd.DataFrame, base: int) -> tuple[dict[str, list[Any]], list[float], list[float]]:
-    """Return (other columns as Python lists, start in us after ``base``, duration in us)."""
-    cols = {c: _pylist(df[c]) for c in df.columns if c not in ("start_ns", "dur_ns", "rank")}
-    return cols, _us(df["start_ns"], base), _us(df["dur_ns"], 0)
-
-
-def _stream_lane(lanes: _Lanes, pid: int, stream: Any) -> int:
-    """The lane (tid) of a GPU stream, sorted by stream id."""
-    return lanes.real(pid, stream if stream is not None else 0, f"stream {stream}", 0 if stream is None else int(stream))
-
-
-def _drop_none(d: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in d.items() if v is not None}
-
-
-class _Pids:
-    """Hands out unique Chrome pids, preferring the natural ones (host pid, device id)."""
-
-    def __init__(self) -> None:
-        self.used: set[int] = set()
-        self.next_synthetic = 1 << 30
-
-    def take(self, preferred: int | None) -> int:
-        if preferred is not None and preferred not in self.used and preferred >= 0:
-            self.used.add(preferred)
-            return preferred
-        while self.next_synthetic in self.used:
-            self.next_synthetic += 1
-        self.used.add(self.next_synthetic)
-        return self.next_synthetic
-
-
-class _Lanes:
-    """Synthetic thread ids (lanes) inside one process, named through metadata events."""
-
-    def __init__(self) -> None:
-        self.by_key: dict[tuple[int, Any], int] = {}
-        self.names: dict[tuple[int, int], tuple[str, int]] = {}
-        self.next = 1_000_000_000
-
-    def real(self, pid: int, tid: int, name: str, sort: int) -> int:
-        self.names.setdefault((pid, tid), (name, sort))
-        return tid
-
-    def synthetic(self, pid: int, key: Any, name: str, sort: int) -> int:
-        k = (pid, key)
-        if k not in self.by_key:
-            self.by_key[k] = self.next
-            self.next += 1
-            self.names[(pid, self.by_key[k])] = (name, sort)
-        return self.by_key[k]
 
 
 def export_chrome(
@@ -146,13 +94,31 @@ def export_chrome(
     if missing:
         raise UsageError(f"rank(s) {missing} not in {r.path}; it has ranks {available}")
 
-    base = _base_ns(r, wanted)
+    n = write_trace(r, wanted, out, base=trace_base_ns(r, wanted))
+    return ExportResult(out, n, wanted)
+
+
+def write_trace(
+    run: Run, ranks: list[int], out: Path, *, base: int, dialect: Dialect = CHROME,
+    device_props: list[dict[str, Any]] | None = None,
+) -> int:
+    """Write ``ranks`` of ``run`` to ``out`` (gzip when it ends in ``.gz``) atomically.
+
+    ``base`` is the epoch ns that ``ts`` counts from; ``device_props`` replaces the
+    ``deviceProperties`` taken from the first rank's metadata.
+
+    Returns:
+        the number of trace events written.
+
+    Raises:
+        PerfscopeError: ``out`` cannot be written (nothing is left behind).
+    """
     tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         opener = gzip.open if out.name.endswith(".gz") else open
         with opener(tmp, "wb") as f:  # type: ignore[operator]
-            n = _write(r, wanted, base, f)
+            n = _write(run, ranks, base, cast(IO[bytes], f), dialect, device_props)
         os.replace(tmp, out)
     except OSError as e:
         _remove_quietly(tmp)
@@ -160,7 +126,7 @@ def export_chrome(
     except BaseException:
         _remove_quietly(tmp)
         raise
-    return ExportResult(out, n, wanted)
+    return n
 
 
 def _remove_quietly(path: Path) -> None:
@@ -170,10 +136,11 @@ def _remove_quietly(path: Path) -> None:
         pass
 
 
-def _base_ns(run: Run, ranks: list[int]) -> int:
-    """The first whole second (epoch ns) at or before the run's earliest event."""
+def trace_base_ns(run: Run, ranks: list[int]) -> int:
+    """The first whole second (epoch ns) at or before the earliest event of ``ranks``."""
     lo: int | None = None
-    for name in ("kernels", "memcpy", "memset", "sync", "api", "markers", "steps", "host", "collectives"):
+    for name in ("kernels", "memcpy", "memset", "sync", "api", "markers", "steps", "host", "collectives",
+                 "nccl_channels", "proxy"):
         df = run.table(name, ranks=ranks, columns=["start_ns"])
         if len(df):
             m = int(df["start_ns"].min())
@@ -185,19 +152,21 @@ def _base_ns(run: Run, ranks: list[int]) -> int:
     return 0 if lo is None else (lo // 1_000_000_000) * 1_000_000_000
 
 
-def _write(run: Run, ranks: list[int], base: int, f: IO[bytes]) -> int:
+def _write(run: Run, ranks: list[int], base: int, f: IO[bytes], dialect: Dialect,
+           device_props: list[dict[str, Any]] | None) -> int:
     enc = msgspec.json.Encoder()
     meta = run.meta
     world = meta.get("world_size") or len(ranks)
-    pids = _Pids()
-    lanes = _Lanes()
+    pids = Pids()
+    lanes = Lanes()
     rank_blocks: list[dict[str, Any]] = []
     first_meta = run.rank_meta(ranks[0]) if ranks else {}
     dist = dict(first_meta.get("distributed_info") or {})
     dist.update({"rank": ranks[0] if ranks else 0, "world_size": world})
     header = {
         "schemaVersion": 1,
-        "deviceProperties": first_meta.get("devices") or _props_from_gpu(first_meta.get("gpu")),
+        "deviceProperties": device_props if device_props is not None else
+        (first_meta.get("devices") or props_from_gpu(first_meta.get("gpu"))),
         "distributedInfo": dist,
         "displayTimeUnit": "ms",
         "baseTimeNanoseconds": base,
@@ -214,12 +183,12 @@ def _write(run: Run, ranks: list[int], base: int, f: IO[bytes]) -> int:
     for rank in ranks:
         block: dict[str, Any] = {"rank": rank, "pids": []}
         rmeta = run.rank_meta(rank)
-        block["deviceProperties"] = rmeta.get("devices") or _props_from_gpu(rmeta.get("gpu"))
+        block["deviceProperties"] = rmeta.get("devices") or props_from_gpu(rmeta.get("gpu"))
         rdist = dict(rmeta.get("distributed_info") or {})
         rdist.update({"rank": rank, "world_size": world})
         block["distributedInfo"] = rdist
         rank_blocks.append(block)
-        for chunk in _chunks(_rank_events(run, rank, base, rmeta, pids, lanes, block, single=len(ranks) == 1)):
+        for chunk in _chunks(rank_events(run, rank, base, rmeta, pids, lanes, block, dialect, single=len(ranks) == 1)):
             body = enc.encode(chunk)[1:-1]
             if not body:
                 continue
@@ -237,16 +206,22 @@ def _write(run: Run, ranks: list[int], base: int, f: IO[bytes]) -> int:
     return count
 
 
-def _props_from_gpu(gpu: Any) -> list[dict[str, Any]]:
+def props_from_gpu(gpu: Any) -> list[dict[str, Any]]:
+    """Kineto's ``deviceProperties`` (one entry) from a rank's ``gpu`` metadata, [] without it.
+
+    The recorder writes ``total_memory_bytes``/``capability``, the Kineto importer
+    ``memory_bytes``/``compute_capability``: both are read."""
     if not isinstance(gpu, dict) or not gpu:
         return []
-    cc = str(gpu.get("compute_capability") or "")
+    cc = str(gpu.get("compute_capability") or gpu.get("capability") or "")
     major, _, minor = cc.partition(".")
-    return [_drop_none({
-        "id": gpu.get("index", 0), "name": gpu.get("name"), "totalGlobalMem": gpu.get("memory_bytes"),
+    props = {
+        "id": gpu.get("index", 0), "name": gpu.get("name"),
+        "totalGlobalMem": gpu.get("memory_bytes", gpu.get("total_memory_bytes")),
         "computeMajor": int(major) if major.isdigit() else None, "computeMinor": int(minor) if minor.isdigit() else None,
         "numSms": gpu.get("num_sms"), "uuid": gpu.get("uuid"),
-    })]
+    }
+    return [{k: v for k, v in props.items() if v is not None}]
 
 
 def _chunks(events: Iterable[dict[str, Any]]) -> Iterator[list[dict[str, Any]]]:
@@ -260,7 +235,7 @@ def _chunks(events: Iterable[dict[str, Any]]) -> Iterator[list[dict[str, Any]]]:
         yield buf
 
 
-def _metadata_events(lanes: _Lanes, rank_blocks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _metadata_events(lanes: Lanes, rank_blocks: list[dict[str, Any]]) -> list[dict[str, Any]]:
     evs: list[dict[str, Any]] = []
     for block in rank_blocks:
         for p in block["pids"]:
@@ -273,214 +248,4 @@ def _metadata_events(lanes: _Lanes, rank_blocks: list[dict[str, Any]]) -> list[d
     return evs
 
 
-def _rank_events(
-    run: Run, rank: int, base: int, rmeta: dict[str, Any], pids: _Pids, lanes: _Lanes,
-    block: dict[str, Any], *, single: bool,
-) -> Iterator[dict[str, Any]]:
-    """Every trace event of one rank, table by table: GPU activity on stream lanes, GPU
-    annotations and host markers, host steps, API calls and spans, NVML counters."""
-    export = _RankExport(rank, base, rmeta, pids, lanes, block, single=single)
-    for table in ("kernels", "memcpy", "memset", "sync", "collectives", "markers", "steps", "api", "host", "metrics"):
-        df = run.table(table, ranks=[rank])
-        if len(df):
-            yield from getattr(export, table)(df)
-
-
-class _RankExport:
-    """The trace events of one rank's tables: a method per table, taking its frame.
-
-    Processes are made as events first need them, so that pids and their sort order
-    follow the tables' order: a host process per host pid (:meth:`host_pid`), a GPU
-    process per device (:meth:`gpu_pid`), each recorded in the rank's ``block``.
-    """
-
-    def __init__(self, rank: int, base: int, rmeta: dict[str, Any], pids: _Pids, lanes: _Lanes,
-                 block: dict[str, Any], *, single: bool) -> None:
-        self.rank, self.base, self.pids, self.lanes, self.block, self.single = rank, base, pids, lanes, block, single
-        self.host_pids: dict[Any, int] = {}
-        self.gpu_pids: dict[Any, int] = {}
-        self.sort_base = rank * 1000
-        self.main_pid = rmeta.get("pid") if isinstance(rmeta.get("pid"), int) else None
-
-    def host_pid(self, orig: Any) -> int:
-        """The exported pid of host process ``orig`` (None: unknown)."""
-        if orig not in self.host_pids:
-            pid = self.pids.take(int(orig) if orig is not None else None)
-            self.host_pids[orig] = pid
-            self.block["pids"].append({"pid": pid, "kind": "host", "host_pid": orig,
-                                       "label": f"rank {self.rank} host" + (f" (pid {orig})" if orig is not None else ""),
-                                       "sort": self.sort_base + len(self.block["pids"])})
-        return self.host_pids[orig]
-
-    def gpu_pid(self, device: Any) -> int:
-        """The exported pid of GPU ``device`` (its own id when a single rank is exported)."""
-        if device not in self.gpu_pids:
-            preferred = int(device) if (self.single and device is not None) else None
-            pid = self.pids.take(preferred)
-            self.gpu_pids[device] = pid
-            self.block["pids"].append({"pid": pid, "kind": "gpu", "device": device,
-                                       "label": f"rank {self.rank} GPU {device if device is not None else '?'}",
-                                       "sort": self.sort_base + 500 + len(self.block["pids"])})
-        return self.gpu_pids[device]
-
-    def kernels(self, df: pd.DataFrame) -> Iterator[dict[str, Any]]:
-        """Kernels on their stream's lane, with Kineto's args."""
-        cols, ts, dur = _columns(df, self.base)
-        for i in range(len(df)):
-            dev, stream = cols["device"][i], cols["stream"][i]
-            pid = self.gpu_pid(dev)
-            grid = [cols["grid_x"][i], cols["grid_y"][i], cols["grid_z"][i]]
-            block_ = [cols["block_x"][i], cols["block_y"][i], cols["block_z"][i]]
-            yield {"ph": "X", "cat": "kernel", "name": cols["name"][i], "pid": pid,
-                   "tid": _stream_lane(self.lanes, pid, stream),
-                   "ts": ts[i], "dur": dur[i], "args": _drop_none({
-                       "device": dev, "stream": stream, "correlation": cols["correlation"][i],
-                       "registers per thread": cols["registers_per_thread"][i],
-                       "shared memory": cols["shared_mem_bytes"][i],
-                       "grid": grid if any(v is not None for v in grid) else None,
-                       "block": block_ if any(v is not None for v in block_) else None,
-                       "graph id": cols["graph_id"][i]})}
-
-    def memcpy(self, df: pd.DataFrame) -> Iterator[dict[str, Any]]:
-        """Copies on their stream's lane, named as Kineto names them."""
-        cols, ts, dur = _columns(df, self.base)
-        for i in range(len(df)):
-            dev, stream = cols["device"][i], cols["stream"][i]
-            pid = self.gpu_pid(dev)
-            yield {"ph": "X", "cat": "gpu_memcpy", "name": _memcpy_name(cols["copy_kind"][i], cols["src_kind"][i], cols["dst_kind"][i]),
-                   "pid": pid, "tid": _stream_lane(self.lanes, pid, stream),
-                   "ts": ts[i], "dur": dur[i], "args": _drop_none({
-                       "device": dev, "stream": stream, "correlation": cols["correlation"][i], "bytes": cols["bytes"][i],
-                       "ps": {"copy_kind": cols["copy_kind"][i], "src_kind": cols["src_kind"][i],
-                              "dst_kind": cols["dst_kind"][i], "pageable": cols["pageable"][i]}})}
-
-    def memset(self, df: pd.DataFrame) -> Iterator[dict[str, Any]]:
-        """Memsets on their stream's lane."""
-        cols, ts, dur = _columns(df, self.base)
-        for i in range(len(df)):
-            dev, stream = cols["device"][i], cols["stream"][i]
-            pid = self.gpu_pid(dev)
-            kind = cols["mem_kind"][i]
-            yield {"ph": "X", "cat": "gpu_memset", "name": f"Memset ({(kind or 'unknown').capitalize()})",
-                   "pid": pid, "tid": _stream_lane(self.lanes, pid, stream),
-                   "ts": ts[i], "dur": dur[i], "args": _drop_none({
-                       "device": dev, "stream": stream, "correlation": cols["correlation"][i], "bytes": cols["bytes"][i],
-                       "ps": {"value": cols["value"][i], "mem_kind": kind}})}
-
-    def sync(self, df: pd.DataFrame) -> Iterator[dict[str, Any]]:
-        """Synchronisations on a lane beside their stream's."""
-        cols, ts, dur = _columns(df, self.base)
-        for i in range(len(df)):
-            dev, stream = cols["device"][i], cols["stream"][i]
-            pid = self.gpu_pid(dev)
-            kind = cols["sync_kind"][i]
-            label = _SYNC_NAMES.get(kind or "", "Sync")
-            yield {"ph": "X", "cat": "cuda_sync", "name": label, "pid": pid,
-                   "tid": self.lanes.synthetic(pid, ("sync", stream), f"stream {stream} (sync)", 100_000 + (stream or 0)),
-                   "ts": ts[i], "dur": dur[i], "args": _drop_none({
-                       "device": dev, "stream": stream, "correlation": cols["correlation"][i], "cuda_sync_kind": label,
-                       "ps": {"sync_kind": kind, "tid": cols["tid"][i]}})}
-
-    def collectives(self, df: pd.DataFrame) -> Iterator[dict[str, Any]]:
-        """NCCL collectives on the GPU's collectives lane, every column under ``args.ps``."""
-        cols = {c: _pylist(df[c]) for c in df.columns if c not in ("start_ns", "dur_ns", "rank", "enqueue_ns")}
-        ts, dur = _us(df["start_ns"], self.base), _us(df["dur_ns"], 0)
-        enq = _pylist(df["enqueue_ns"])
-        for i in range(len(df)):
-            dev = cols["device"][i]
-            pid = self.gpu_pid(dev)
-            extra = {k: v[i] for k, v in cols.items()}
-            extra["enqueue_us"] = None if enq[i] is None else (int(enq[i]) - self.base) / 1000.0
-            yield {"ph": "X", "cat": "perfscope_collective",
-                   "name": f"{cols['func'][i] or 'collective'}" + (f" {cols['comm_id'][i]}" if cols["comm_id"][i] else ""),
-                   "pid": pid, "tid": self.lanes.synthetic(pid, "collectives", "collectives", 200_000),
-                   "ts": ts[i], "dur": dur[i], "args": {"ps": extra}}
-
-    def markers(self, df: pd.DataFrame) -> Iterator[dict[str, Any]]:
-        """GPU annotations beside their stream, host markers on their thread's lane."""
-        cols, ts, dur = _columns(df, self.base)
-        for i in range(len(df)):
-            dev, stream, tid = cols["device"][i], cols["stream"][i], cols["tid"][i]
-            extra = {"source": cols["source"][i], "domain": cols["domain"][i]}
-            if dev is not None:
-                pid = self.gpu_pid(dev)
-                # Device and stream only under ps: Kineto gives GPU annotations no "stream"
-                # arg, and HTA would count a range that has one as a kernel.
-                extra.update(pid=cols["pid"][i], tid=tid, device=dev, stream=stream)
-                yield {"ph": "X", "cat": "gpu_user_annotation", "name": cols["name"][i], "pid": pid,
-                       "tid": self.lanes.synthetic(pid, ("annotations", stream), f"stream {stream} annotations", 150_000 + (stream or 0)),
-                       "ts": ts[i], "dur": dur[i], "args": {"ps": extra}}
-            else:
-                orig = cols["pid"][i]
-                pid = self.host_pid(orig if orig is not None else self.main_pid)
-                extra["tid"] = tid
-                if orig is None:
-                    extra["pid"] = None
-                yield {"ph": "X", "cat": "user_annotation", "name": cols["name"][i], "pid": pid,
-                       "tid": self.lanes.synthetic(pid, ("markers", tid), f"thread {tid} markers", 20_000 + (tid or 0) % 10_000),
-                       "ts": ts[i], "dur": dur[i], "args": {"ps": extra}}
-
-    def steps(self, df: pd.DataFrame) -> Iterator[dict[str, Any]]:
-        """Steps as ``ProfilerStep#N`` annotations on the main host process's steps lane."""
-        step, name, source = _pylist(df["step"]), _pylist(df["name"]), _pylist(df["source"])
-        ts, dur = _us(df["start_ns"], self.base), _us(df["dur_ns"], 0)
-        pid = self.host_pid(self.main_pid)
-        lane = self.lanes.synthetic(pid, "steps", "steps", 0)
-        for i in range(len(df)):
-            yield {"ph": "X", "cat": "user_annotation", "name": name[i] or f"ProfilerStep#{step[i]}", "pid": pid, "tid": lane,
-                   "ts": ts[i], "dur": dur[i], "args": {"ps": {"step": step[i], "source": source[i]}}}
-
-    def api(self, df: pd.DataFrame) -> Iterator[dict[str, Any]]:
-        """CUDA runtime and driver calls on the calling thread's lane."""
-        cols, ts, dur = _columns(df, self.base)
-        for i in range(len(df)):
-            orig, tid, kind = cols["pid"][i], cols["tid"][i], cols["kind"][i]
-            pid = self.host_pid(orig if orig is not None else self.main_pid)
-            extra: dict[str, Any] = {}
-            if orig is None:
-                extra["pid"] = None
-            if kind not in ("runtime", "driver"):
-                extra["kind"] = kind
-            lane = self.lanes.real(pid, tid, f"thread {tid}", 10_000 + tid % 10_000) if tid is not None else \
-                self.lanes.synthetic(pid, ("api", None), "API calls", 10_000)
-            if tid is None:
-                extra["tid"] = None
-            args = _drop_none({"correlation": cols["correlation"][i], "cbid": cols["cbid"][i]})
-            if extra:
-                args["ps"] = extra
-            yield {"ph": "X", "cat": "cuda_driver" if kind == "driver" else "cuda_runtime", "name": cols["name"][i],
-                   "pid": pid, "tid": lane, "ts": ts[i], "dur": dur[i], "args": args}
-
-    def host(self, df: pd.DataFrame) -> Iterator[dict[str, Any]]:
-        """Host spans (data loading, barriers...) on their thread's host lane."""
-        cols, ts, dur = _columns(df, self.base)
-        pid = self.host_pid(self.main_pid)
-        for i in range(len(df)):
-            tid = cols["tid"][i]
-            yield {"ph": "X", "cat": "perfscope_host", "name": cols["name"][i] or cols["kind"][i], "pid": pid,
-                   "tid": self.lanes.synthetic(pid, ("host", tid), f"thread {tid} host", 30_000 + (tid or 0) % 10_000),
-                   "ts": ts[i], "dur": dur[i], "args": {"ps": {"kind": cols["kind"][i], "tid": tid}}}
-
-    def metrics(self, df: pd.DataFrame) -> Iterator[dict[str, Any]]:
-        """NVML samples as counter tracks of the GPU's process."""
-        dev, metric, value = _pylist(df["device"]), _pylist(df["metric"]), _pylist(df["value"])
-        ts = _us(df["ts_ns"], self.base)
-        for i in range(len(df)):
-            pid = self.gpu_pid(dev[i])
-            # Counter args must all be numbers (one series each): the device is the process.
-            yield {"ph": "C", "cat": "perfscope_metric", "name": metric[i], "pid": pid, "tid": 0, "ts": ts[i],
-                   "args": {"value": value[i]}}
-
-
-_COPY_NAMES = {"H2D": "HtoD", "D2H": "DtoH", "D2D": "DtoD", "P2P": "PtoP", "H2H": "HtoH"}
-_SYNC_NAMES = {"stream": "Stream Sync", "event": "Event Sync", "context": "Context Sync",
-               "stream_wait_event": "Stream Wait Event"}
-
-
-def _memcpy_name(copy_kind: Any, src: Any, dst: Any) -> str:
-    """Kineto's memcpy name, e.g. ``Memcpy HtoD (Pageable -> Device)``."""
-    kind = _COPY_NAMES.get(copy_kind or "", copy_kind or "other")
-    return f"Memcpy {kind} ({(src or 'unknown').capitalize()} -> {(dst or 'unknown').capitalize()})"
-
-
-__all__ = ["ExportResult", "export_chrome"]
+__all__ = ["CHROME", "TENSORBOARD", "Dialect", "ExportResult", "export_chrome", "props_from_gpu", "trace_base_ns", "write_trace"]

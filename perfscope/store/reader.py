@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import functools
 import os
-import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,20 +23,22 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from perfscope.errors import CorruptRunError, UsageError
+from perfscope.store import integrity
 from perfscope.store.columns import Coded, column_array, from_codes, ints_and_nulls
-from perfscope.store.meta import load_meta
+from perfscope.store.meta import RANK_FOLDER, load_meta
 from perfscope.store.schema import TABLES, Table, table as table_decl
 
 if TYPE_CHECKING:
     import pandas as pd
 
-_RANK_DIR = re.compile(r"^rank=(-?\d+)$")
 
 
 class _RunView:
     """What :class:`Run` and :class:`MemoryRun` share: metadata, status and ranks."""
 
     meta: dict[str, Any]
+    #: integrity problems found that do not stop reading (a :class:`Run`'s: see :func:`open_run`)
+    integrity_warnings: Sequence[str] = ()
 
     @property
     def status(self) -> str:
@@ -74,26 +75,60 @@ class Run(_RunView):
     path: Path
     meta: dict[str, Any]
     _parts: dict[str, dict[int, list[Path]]] = field(default_factory=dict, repr=False)
+    _manifest: dict[str, integrity.PartEntry] | None = field(default=None, repr=False)
+    _check: bool = field(default=True, repr=False)
+    _footers: dict[Path, pq.FileMetaData] = field(default_factory=dict, repr=False)
+    integrity_warnings: list[str] = field(default_factory=list)
 
     def _data_ranks(self) -> set[int]:
         return {r for by_rank in self._parts.values() for r in by_rank}
 
     def part_files(self, name: str, ranks: Iterable[int] | None = None) -> list[tuple[int, Path]]:
-        """Return (rank, path) of every part file of table ``name`` for ``ranks`` (all if None)."""
+        """Return (rank, path) of every part file of table ``name`` for ``ranks`` (all if None).
+
+        Raises:
+            RunIntegrityError: (unless opened with ``check=False``) one of them belongs to
+                another table or rank, or differs from the run's manifest (see
+                :mod:`perfscope.store.integrity`).
+            CorruptRunError: a footer cannot be read.
+        """
         table_decl(name)
         by_rank = self._parts.get(name, {})
         wanted = sorted(by_rank) if ranks is None else [int(r) for r in ranks]
-        return [(r, p) for r in wanted for p in by_rank.get(r, [])]
+        parts = [(r, p) for r in wanted for p in by_rank.get(r, [])]
+        if self._check:
+            for r, p in parts:
+                self._footer(name, r, p)
+        return parts
+
+    def _footer(self, name: str, rank: int, path: Path) -> pq.FileMetaData:
+        """The footer of a part file, read once per run opened, and checked when read."""
+        footer = self._footers.get(path)
+        if footer is None:
+            footer = _parquet_file(path).metadata
+            if self._check:
+                entry = self._manifest.get(integrity.part_key(name, rank, path.name)) if self._manifest is not None else None
+                integrity.check_part(table_decl(name), rank, path, footer, entry)
+            self._footers[path] = footer
+        return footer
 
     def row_counts(self) -> dict[str, int]:
-        """Rows per table, from the Parquet footers (no data is read)."""
-        counts: dict[str, int] = {}
-        for name in TABLES:
-            n = 0
-            for _, p in self.part_files(name):
-                n += _parquet_file(p).metadata.num_rows
-            counts[name] = n
-        return counts
+        """Rows per table, from the Parquet footers (no data is read).
+
+        Raises:
+            RunIntegrityError, CorruptRunError: as :meth:`part_files`.
+        """
+        return {name: sum(self._footer(name, r, p).num_rows for r, p in self.part_files(name)) for name in TABLES}
+
+    def verify(self) -> integrity.Findings:
+        """Check every part file in full: its footer, and the CRC-32 of the whole file
+        against the manifest (reading checks only sizes and footers).
+
+        Returns:
+            every problem found (errors and warnings, each naming its file) and the number
+            of files checked and bytes hashed; nothing is raised for a damaged run.
+        """
+        return integrity.verify_parts(self.path, self._manifest, self._parts, recording=self.meta.get("status") == "recording")
 
     def table(self, name: str, ranks: Iterable[int] | None = None, columns: Sequence[str] | None = None) -> pd.DataFrame:
         """Read table ``name`` as a DataFrame.
@@ -181,7 +216,7 @@ class Run(_RunView):
 
     def _pieces(self, name: str, ranks: Iterable[int] | None, decl: Table, data_cols: list[str]) -> list[tuple[int, pa.Table]]:
         """(rank, the stored columns ``data_cols`` of one part file) of every part file read."""
-        return [(rank, _read_part(decl, path, data_cols)) for rank, path in self.part_files(name, ranks)]
+        return [(rank, _read_part(decl, path, data_cols, footer=self._footers.get(path))) for rank, path in self.part_files(name, ranks)]
 
 
 @dataclass
@@ -295,9 +330,11 @@ def _arrays(decl: Table, cols: list[str], pieces: list[tuple[int, pa.Table]], co
     return {name: rank_col if name == "rank" else column_array(tbl.column(name), name in dict_cols, coded) for name in cols}
 
 
-def _parquet_file(path: Path, read_dictionary: list[str] | None = None) -> pq.ParquetFile:
+def _parquet_file(path: Path, read_dictionary: list[str] | None = None,
+                  footer: pq.FileMetaData | None = None) -> pq.ParquetFile:
+    """``path`` opened; ``footer``, its footer read before (by the checks), is not parsed again."""
     try:
-        return pq.ParquetFile(path, read_dictionary=read_dictionary)
+        return pq.ParquetFile(path, read_dictionary=read_dictionary, metadata=footer)
     except (pa.ArrowInvalid, OSError) as e:
         raise CorruptRunError(f"cannot read part file {path}: {e}. Move it aside to read the rest of the run") from None
 
@@ -307,13 +344,15 @@ def _parquet_file(path: Path, read_dictionary: list[str] | None = None) -> pq.Pa
 _THREADED_ROWS = 1 << 16
 
 
-def _read_part(decl: Table, path: Path, columns: list[str], row_groups: list[int] | None = None) -> pa.Table:
-    """Read ``columns`` of one part file (of its ``row_groups`` only, when given);
+def _read_part(decl: Table, path: Path, columns: list[str], row_groups: list[int] | None = None,
+               footer: pq.FileMetaData | None = None) -> pa.Table:
+    """Read ``columns`` of one part file (of its ``row_groups`` only, when given; its
+    ``footer`` may have been read already);
     dictionary columns come back dictionary-typed (Parquet's dictionary pages are kept: no
     string is materialised per row)."""
     wanted = [c for c in decl.dictionary_columns if c in columns]
     try:
-        f = _parquet_file(path, read_dictionary=wanted)
+        f = _parquet_file(path, read_dictionary=wanted, footer=footer)
     except KeyError:  # a part written before one of these columns existed
         names = set(_parquet_file(path).schema_arrow.names)
         f = _parquet_file(path, read_dictionary=[c for c in wanted if c in names])
@@ -475,7 +514,7 @@ def _scan_parts(root: Path) -> dict[str, dict[int, list[Path]]]:
         if not tdir.is_dir():
             continue
         for rdir in tdir.iterdir():
-            m = _RANK_DIR.match(rdir.name)
+            m = RANK_FOLDER.match(rdir.name)
             if not m or not rdir.is_dir():
                 continue
             files = sorted(p for p in rdir.glob("part-*.parquet"))
@@ -484,15 +523,30 @@ def _scan_parts(root: Path) -> dict[str, dict[int, list[Path]]]:
     return parts
 
 
-def open_run(path: str | os.PathLike[str]) -> Run:
+def open_run(path: str | os.PathLike[str], *, check: bool = True) -> Run:
     """Open a run directory for reading.
+
+    The part files found are compared with the run's manifest (see
+    :mod:`perfscope.store.integrity`): a listed part that is missing is an error; a part
+    that is not listed is read, with a warning in ``Run.integrity_warnings``.  Each part's
+    footer is checked when the part is first read.  ``check=False`` reads what is there:
+    the errors become warnings and footers are not checked (to salvage a damaged run).
 
     Raises:
         InputError: the path does not exist.
         NotARunError: it has no run.json.
         SchemaVersionError: it was written by a newer schema.
         CorruptRunError: its metadata cannot be parsed.
+        RunIntegrityError: a part file or table folder its manifest lists is missing.
     """
     root = Path(path)
     meta = load_meta(root)
-    return Run(path=root, meta=meta, _parts=_scan_parts(root))
+    parts = _scan_parts(root)
+    manifest = integrity.load_manifest(root, meta)
+    warnings: list[str] = []
+    if manifest is not None:
+        found = integrity.compare_listing(root, manifest, parts, recording=meta.get("status") == "recording")
+        if check:
+            found.raise_errors(root)
+        warnings = found.errors + found.warnings
+    return Run(path=root, meta=meta, _parts=parts, _manifest=manifest, _check=check, integrity_warnings=warnings)

@@ -23,6 +23,9 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 SCHEMA_VERSION = 1
+# The version of the part-file manifest (see perfscope.store.integrity) a run's run.json
+# names under "manifest"; runs without the key were written before manifests existed.
+MANIFEST_VERSION = 1
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,9 @@ Parquet part file (``TABLE/rank=R/part-NNNNN.parquet``) when a table's buffer pa
 ``flush_bytes`` or ``flush_rows``, or when ``flush_interval_s`` has passed since the last
 flush.  Each part is written under a hidden temporary name and renamed into place, so a
 killed process leaves only whole part files behind: the run stays readable up to its last
-flush.  Memory is bounded by ``flush_bytes`` per table whatever the run's length.
+flush.  Memory is bounded by ``flush_bytes`` per table whatever the run's length.  Each
+part is listed, once in place, in the writer's manifest (table, rank, rows, size, CRC-32;
+see :mod:`perfscope.store.integrity`), against which readers check what they read.
 """
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from perfscope.errors import UsageError
-from perfscope.store import meta as run_meta
+from perfscope.store import integrity, meta as run_meta
 from perfscope.store.arrays import column as arrow_column
 from perfscope.store.schema import Table, table as table_decl
 
@@ -116,6 +118,7 @@ class RankWriter:
         self._closed = False
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._manifest: integrity.ManifestWriter | None = None  # made at the first part
         self.rows_written: dict[str, int] = {}
 
     # -- writing -------------------------------------------------------------------------
@@ -153,7 +156,9 @@ class RankWriter:
         self._sizes.pop(name, None)
         if not chunks:
             return
-        tbl = pa.concat_tables(chunks)
+        # The footer names the part's table and rank: a part moved to another folder is
+        # recognised by its reader (see perfscope.store.integrity).
+        tbl = pa.concat_tables(chunks).replace_schema_metadata(integrity.part_metadata(name, self.rank))
         decl = table_decl(name)
         folder = self.path / name / f"rank={self.rank}"
         folder.mkdir(parents=True, exist_ok=True)
@@ -169,6 +174,7 @@ class RankWriter:
                 use_dictionary=decl.dictionary_columns or False,
                 write_statistics=["start_ns"] if "start_ns" in decl.column_names else False,
             )
+            size, crc = integrity.file_digest(tmp)  # read back from the page cache: ~1 ms per MB
             part = _publish(tmp, folder, part)
         except BaseException:
             try:
@@ -177,6 +183,10 @@ class RankWriter:
                 pass
             raise
         self._next_part[name] = part + 1
+        if self._manifest is None:
+            self._manifest = integrity.ManifestWriter(self.path, self.rank)
+        key = integrity.part_key(name, self.rank, f"part-{part:05d}.parquet")
+        self._manifest.add(integrity.PartEntry(key, name, self.rank, tbl.num_rows, size, crc))
         self.rows_written[name] = self.rows_written.get(name, 0) + tbl.num_rows
 
     # -- background flushing -------------------------------------------------------------

@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import warnings
 from pathlib import Path
 
 import pytest
@@ -50,18 +52,27 @@ def test_a_trace_goes_beside_itself_by_default_and_is_replaced_only_with_force(t
     shutil.copy(NO_RANK_TRACE, trace)
     assert default_run_dir(trace) == tmp_path / "t.perfscope"
     with pytest.warns(TraceImportWarning):
-        perfscope.analyze(trace)
+        first = perfscope.analyze(trace)
     assert open_run(tmp_path / "t.perfscope").status == "complete"
+    run_json = (tmp_path / "t.perfscope" / "run.json").read_bytes()
+    # The same unchanged trace: its run is reused (nothing imported, nothing to warn).
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", TraceImportWarning)
+        assert _doc(perfscope.analyze(trace)) == _doc(first)
+    assert (tmp_path / "t.perfscope" / "run.json").read_bytes() == run_json
+    # A changed trace is not silently replaced.
+    os.utime(trace, ns=(trace.stat().st_atime_ns, trace.stat().st_mtime_ns + 10**9))
     with pytest.raises(perfscope.PerfscopeError, match="--force"):
         perfscope.analyze(trace)
     with pytest.warns(TraceImportWarning):
         perfscope.analyze(trace, force=True)
+    assert (tmp_path / "t.perfscope" / "run.json").read_bytes() != run_json
 
 
 def test_run_options_are_for_traces_and_a_missing_trace_is_named(tmp_path: Path) -> None:
-    with pytest.raises(UsageError, match="apply to a trace file"):
+    with pytest.raises(UsageError, match="apply to trace files"):
         perfscope.analyze(TWO_RANKS, run_out=tmp_path / "x")
-    with pytest.raises(UsageError, match="apply to a trace file"):
+    with pytest.raises(UsageError, match="apply to trace files"):
         perfscope.analyze(open_run(TWO_RANKS), force=True)
     with pytest.raises(InputError, match="no such trace file"):
         perfscope.analyze(tmp_path / "missing.json.gz")

@@ -14,9 +14,15 @@ from perfscope.store import open_run
 SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "kineto"
 TRACES = sorted(p.name for p in SHARED.glob("*.json.gz")) if SHARED.is_dir() else []
 
-# HTA 0.5.0 get_temporal_breakdown on these files (us): idle, compute, non-compute.
+# HTA 0.5.0 get_temporal_breakdown on these files (us): idle, compute, non-compute; every
+# shared trace (critical_path_alexnet_bench has cuda_sync rows on real streams, which HTA counts).
 HTA_050 = {
+    ("critical_path_alexnet_bench.json.gz", 0): (12929684, 10637, 55690),
     ("nccl_parser_config_nccl_data.json.gz", 0): (338781, 75169, 21636),
+    ("ns_resolution_trace_rank-0.json.gz", 0): (10113, 372150, 2371),
+    ("trace_compare_base_base.json.gz", 1): (0, 4, 0),
+    ("trace_compare_test_test.json.gz", 1): (0, 4, 0),
+    ("trace_filter_sampled_rank-0.json.gz", 0): (321378, 106252, 172428),
     ("trace_filter_sampled_rank-1.json.gz", 1): (328671, 135548, 136455),
 }
 

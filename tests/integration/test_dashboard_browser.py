@@ -3,7 +3,8 @@
 GIVEN two synthetic runs (2 ranks, 4 and 5 steps, a kernel named ``<script>alert(1)</script>``)
 WHEN a headless Chromium opens the dashboard and clicks through every tab
 THEN each tab shows real content, a heatmap click opens that step's timeline, and the hostile
-names appear as literal text with no script ever running.
+names appear as literal text with no script ever running; all of it under the app's
+Content-Security-Policy, which the page never violates.
 
 Set ``PERFSCOPE_SCREENSHOTS=/some/dir`` to save one screenshot per tab.
 """
@@ -103,7 +104,10 @@ def test_every_tab_in_a_real_browser(server_url: str, browser: object) -> None:
     page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
     errors: list[str] = []
     page.on("pageerror", lambda e: errors.append(str(e)))
-    page.goto(server_url)
+    page.add_init_script("window.__csp = []; document.addEventListener('securitypolicyviolation',"
+                         " e => window.__csp.push(e.violatedDirective + ' ' + e.blockedURI));")
+    response = page.goto(server_url)
+    assert response is not None and "script-src 'self' 'sha256-" in response.headers["content-security-policy"]
 
     # Overview: run facts with the step count, bucket legend, recommendation with a hostile name.
     facts = page.locator("#run-facts")
@@ -183,4 +187,5 @@ def test_every_tab_in_a_real_browser(server_url: str, browser: object) -> None:
 
     assert dialogs == [], f"a script ran: {dialogs}"
     assert errors == [], errors
+    assert page.evaluate("window.__csp") == [], "the page broke its Content-Security-Policy"
     page.close()

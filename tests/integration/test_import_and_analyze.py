@@ -264,7 +264,7 @@ def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
 
 
 def test_cli_analyze_a_trace_into_a_chosen_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, err = cli(capsys, "analyze", str(FIXTURE_TRACES[0]), "-o", str(tmp_path / "run"), "--format", "json")
+    code, out, err = cli(capsys, "analyze", str(FIXTURE_TRACES[0]), "--run-out", str(tmp_path / "run"), "--format", "json")
     assert code == 0, err
     assert f"imported {FIXTURE_TRACES[0]} into {tmp_path / 'run'}" in err
     code, again, err = cli(capsys, "analyze", str(tmp_path / "run"), "--format", "json")
@@ -280,6 +280,7 @@ def test_cli_analyze_a_trace_beside_it(tmp_path: Path, capsys: pytest.CaptureFix
     assert "Median step per rank" in out and f"into {tmp_path / 't.perfscope'}" in err
     assert open_run(tmp_path / "t.perfscope").status == "complete"
     before = (tmp_path / "t.perfscope" / "run.json").read_bytes()
+    shutil.copy(FIXTURE_TRACES[1], trace)  # another trace under the same name
     code, _, err = cli(capsys, "analyze", str(trace))  # refuses to replace the run
     assert code != 0 and err.count("\n") == 1 and "--force" in err
     assert (tmp_path / "t.perfscope" / "run.json").read_bytes() == before
@@ -290,10 +291,10 @@ def test_cli_analyze_a_trace_beside_it(tmp_path: Path, capsys: pytest.CaptureFix
 
 def test_cli_run_options_only_with_a_trace(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     import_kineto(FIXTURE_TRACES[2], tmp_path / "run")
-    code, _, err = cli(capsys, "analyze", str(tmp_path / "run"), "-o", str(tmp_path / "other"))
-    assert code != 0 and "apply to a trace file" in err
+    code, _, err = cli(capsys, "analyze", str(tmp_path / "run"), "--run-out", str(tmp_path / "other"))
+    assert code != 0 and "--run-out applies to trace files" in err
     code, _, err = cli(capsys, "analyze", str(tmp_path / "missing.json.gz"))
     assert code != 0 and "no such trace file" in err
-    code, _, err = cli(capsys, "analyze", str(FIXTURE_TRACES[2]), "-o", str(tmp_path / "r2"), "--ranks", "5")
+    code, _, err = cli(capsys, "analyze", str(FIXTURE_TRACES[2]), "--run-out", str(tmp_path / "r2"), "--ranks", "5")
     assert code != 0 and "no rank" in err
     assert open_run(tmp_path / "r2").status == "complete"

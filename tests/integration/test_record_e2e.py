@@ -152,7 +152,9 @@ def test_sigkill_leaves_a_readable_incomplete_run(tmp_path: Path) -> None:
     run = perfscope.open_run(out)
     assert run.status == "incomplete"
     assert run.row_counts()["markers"] == 7
-    assert run.rank_meta(0)["status"] == "recording"  # it never got to say otherwise
+    # it never got to say otherwise; the launcher says it for it (issue #20)
+    assert run.rank_meta(0)["status"] == "incomplete"
+    assert run.rank_meta(0)["stop_reason"] == "killed (SIGKILL) before its last flush"
 
 
 def test_torchrun_two_ranks_write_two_shards_with_barriers(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from perfscope.analyzers import classify
-from perfscope.analyzers.analysis import PCIE_MEMORY_KERNEL_RE, _is_pcie_memory_kernel
+from perfscope.analyzers.rank_pass import PCIE_MEMORY_KERNEL_RE, _is_pcie_memory_kernel
 from perfscope.analyzers.columns import bools, columns, is_null, n_rows, take
 from perfscope.analyzers.gpu_summary import summary_row
 from perfscope.analyzers.kernels import LaunchThresholds, launch_row, top_kernels

@@ -48,7 +48,10 @@ def test_below_threshold_is_silent_and_thresholds_override() -> None:
 
 
 def test_exposed_comm_advice_names_ddp_options() -> None:
-    recs = evaluate_rules(ctx(steps(compute=5_000_000, network=5_000_000)))
+    # DDP advice needs all-reduce to be the exposed communication (issue 15): name its kernels.
+    allreduce = pd.DataFrame({"rank": [0], "name": ["ncclDevKernel_AllReduce_Sum_f32_RING_LL"], "kind": ["communication"],
+                              "total_ns": [5_000_000]})
+    recs = evaluate_rules(ctx(steps(compute=5_000_000, network=5_000_000), kernels=allreduce))
     r = recs[0]
     assert r.id == "comm.exposed" and r.bucket == "network" and r.saving_ns == 5_000_000
     for opt in ("bucket_cap_mb", "gradient_as_bucket_view", "static_graph", "register_comm_hook"):

@@ -55,7 +55,8 @@ def test_strict_exits_0_without_failure(fake_machine: dict[str, Any], capsys: py
 
 def test_environment_for_run_is_the_same_document() -> None:
     doc = environment_for_run()
-    assert set(doc) >= {"facts", "checks"} and len(doc["checks"]) == len(CHECK_IDS)
+    # The machine's checks, then perfscope's own install (its native libraries).
+    assert set(doc) >= {"facts", "checks"} and [c["id"] for c in doc["checks"]] == [*CHECK_IDS, "perfscope.native"]
     json.dumps(doc)
 
 
@@ -75,4 +76,4 @@ def test_doctor_runs_here_as_a_command() -> None:
     proc = subprocess.run([sys.executable, "-m", "perfscope", "doctor", "--json"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
-    assert len(doc["checks"]) == len(CHECK_IDS)
+    assert [c["id"] for c in doc["checks"]] == [*CHECK_IDS, "perfscope.native"]

@@ -12,11 +12,14 @@ makes sure it is flushed however the process ends:
   before (the program's own, or the default action, in which
   case the rank is marked ``incomplete`` and the signal re-raised so the exit status is
   what it would have been; Python's own SIGINT handler is left in place: its
-  KeyboardInterrupt reaches atexit); when the main thread is stuck in native code and cannot run
-  the handler, a watcher thread does it (:class:`_SignalWatch`);
+  KeyboardInterrupt reaches atexit, which marks the rank ``incomplete`` when the
+  interrupt was never caught, as the process then dies of SIGINT); when the main thread
+  is stuck in native code and cannot run the handler, a watcher thread does it
+  (:class:`_SignalWatch`);
 * ``os._exit``: wrapped to stop the profiler first;
 * SIGKILL: nothing can run, so the run keeps what the background flusher wrote, at most
-  one flush interval old, and reads as ``incomplete``.
+  one flush interval old; the launcher then marks the rank ``incomplete``
+  (:mod:`perfscope.launch`).
 
 Which processes record (:func:`decide`):
 
@@ -100,7 +103,10 @@ def _install_exit_handlers(prof: Any) -> None:
     def at_exit() -> None:
         try:
             if prof.running:
-                prof.stop(status="complete")
+                if _dying_of_keyboard_interrupt():
+                    prof.stop(status="incomplete", reason="SIGINT (KeyboardInterrupt)")
+                else:
+                    prof.stop(status="complete")
         except Exception as e:  # noqa: BLE001 - the rank file already says incomplete; no traceback at exit
             _debug(f"stopping at exit failed: {type(e).__name__}: {e}")
 
@@ -138,6 +144,17 @@ def _install_exit_handlers(prof: Any) -> None:
             continue  # not the main thread, or not allowed: atexit still covers normal exits
         watch.watch(signum, fatal=previous in (signal.SIG_DFL, None), handler=handler)
     watch.start()
+
+
+def _dying_of_keyboard_interrupt() -> bool:
+    """True when the interpreter is exiting because a KeyboardInterrupt was never caught
+    (it then kills itself with SIGINT after atexit).  The interpreter printed that
+    exception through ``PyErr_Print``, which keeps it as ``sys.last_exc`` (3.12) /
+    ``sys.last_value``, whatever ``sys.excepthook`` the program installed."""
+    if sys.flags.interactive or hasattr(sys, "ps1"):
+        return False  # the REPL keeps every exception it printed, and exits normally
+    last = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
+    return isinstance(last, KeyboardInterrupt)
 
 
 def _make_handler(prof: Any, signum: int, previous: Any, watch: _SignalWatch) -> Any:

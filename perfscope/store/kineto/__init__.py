@@ -4,6 +4,9 @@
 the store's tables (see :mod:`perfscope.store.schema`).  The modules, in the order a file
 goes through them:
 
+* :mod:`.formats` rewrites the PyTorch 1.8-1.9 spellings into today's before anything is
+  decoded, and afterwards refuses a trace none of whose events became a row, warns of the
+  categories it dropped and reads the trace's provenance (``docs/import.md``);
 * :mod:`.read`: the file, gzip, the pre-filter and streams; :mod:`.prefilter` is the
   pre-filter's binding (``prefilter.c``), built with the column extractor (``columns.c``)
   by :mod:`.build`;

@@ -152,7 +152,7 @@ def drop_negative_durations(tables: dict[str, pa.Table]) -> tuple[dict[str, pa.T
 
 # -- Finding the event behind a failure ----------------------------------------------------
 class _Root(msgspec.Struct):
-    traceEvents: list[msgspec.Raw] | None = None
+    traceEvents: list[msgspec.Raw] | None = None  # noqa: N815 - the JSON member's name
 
 
 class _Event(msgspec.Struct):

@@ -164,16 +164,16 @@ def decode_whole(data: bytes | memoryview, text_times: bool | None = None, *, wi
         # raw one takes; one refused for its args (not an object) is refused by both.
         for decoder in (WHOLE_RAW_TIMES_ARGS,) if text_times else (WHOLE_FLOAT_TIMES_ARGS, WHOLE_RAW_TIMES_ARGS):
             try:
-                return decoder.decode(data)  # type: ignore[no-any-return]
+                return decoder.decode(data)
             except msgspec.ValidationError:
                 pass
     if not text_times:
         try:
-            return WHOLE_FLOAT_TIMES.decode(data)  # type: ignore[no-any-return]
+            return WHOLE_FLOAT_TIMES.decode(data)
         except msgspec.ValidationError:
             pass  # an epoch-µs value after the first MB, or an event the union does not cover
     try:
-        return WHOLE_RAW_TIMES.decode(data)  # type: ignore[no-any-return]
+        return WHOLE_RAW_TIMES.decode(data)
     except msgspec.ValidationError:
         pass  # an event the typed union does not cover: the loose decoders take it
     if not text_times:
@@ -299,7 +299,7 @@ def decode_args_batch(events: list[Event], *,
         for e, a in zip(pending, decoded):
             e.args = a
         if pending is events:
-            return decoded  # type: ignore[no-any-return]
+            return decoded
     return [e.args if e.args is not None else EMPTY_ARGS for e in events]
 
 

@@ -93,6 +93,13 @@ class Trace(msgspec.Struct, gc=False):
     traceName: Any = None  # noqa: N815
     host_name: Any = None
     perfscope: Any = None
+    # Provenance only (:func:`.formats.provenance`).
+    displayTimeUnit: Any = None  # noqa: N815
+    cupti_version: Any = None
+    cuda_runtime_version: Any = None
+    cuda_driver_version: Any = None
+    hip_runtime_version: Any = None
+    roctracer_version: Any = None
 
 
 # float_hook=str: float literals in untyped fields come back as their exact text.
@@ -224,7 +231,7 @@ def _skipped_phase(ph: str) -> type:
     """An empty struct for events of phase ``ph``: no table keeps them, so none of their
     fields is decoded; class attributes answer the few questions asked of every event."""
     attrs = {"ph": ph, "cat": None, "name": None, "pid": None, "tid": None, "ts": 0, "dur": 0, "args": None}
-    ns: dict[str, Any] = {"__annotations__": {k: ClassVar[Any] for k in attrs}, **attrs}
+    ns: dict[str, Any] = {"__annotations__": dict.fromkeys(attrs, ClassVar[Any]), **attrs}
     return msgspec.defstruct(f"_Skip_{ord(ph)}", [], namespace=ns, tag_field="ph", tag=ph, gc=False)
 
 
@@ -232,23 +239,23 @@ def _skipped_phase(ph: str) -> type:
 # b/n/e and legacy S/T/p/F, flow s/t/f, sample P, object N/O/D, metadata M, memory dump
 # v/V, clock sync c, context ( and ).
 _SKIPPED = tuple(_skipped_phase(ph) for ph in "BEiIRbneSTpFstfPNODMvVc()")
-_LooseFloatTimesPhases = Union[(LooseCompleteFloatTimes, LooseCounterFloatTimes, *_SKIPPED)]  # noqa: UP007 - from a tuple
-_RawTimesPhases = Union[(CompleteRawTimes, CounterRawTimes, *_SKIPPED)]  # noqa: UP007
+_LooseFloatTimesPhases = Union[(LooseCompleteFloatTimes, LooseCounterFloatTimes) + _SKIPPED]  # type: ignore[valid-type]  # noqa: UP007 - a Union over a computed tuple of types
+_RawTimesPhases = Union[(CompleteRawTimes, CounterRawTimes) + _SKIPPED]  # type: ignore[valid-type]  # noqa: UP007 - a Union over a computed tuple of types
 
 
 class RawTimesTrace(Trace, gc=False):
     """A whole trace, events typed by phase with raw-span timestamps."""
 
-    traceEvents: list[_RawTimesPhases] | None = None  # type: ignore[assignment,valid-type]  # noqa: N815
+    traceEvents: list[_RawTimesPhases] | None = None  # type: ignore[valid-type]  # noqa: N815
 
 
-_FloatTimesPhases = Union[(CompleteFloatTimes, CounterFloatTimes, *_SKIPPED)]  # noqa: UP007
+_FloatTimesPhases = Union[(CompleteFloatTimes, CounterFloatTimes) + _SKIPPED]  # type: ignore[valid-type]  # noqa: UP007 - a Union over a computed tuple of types
 
 
 class FloatTimesTrace(Trace, gc=False):
     """A whole trace, events typed by phase with exact float timestamps."""
 
-    traceEvents: list[_FloatTimesPhases] | None = None  # type: ignore[assignment,valid-type]  # noqa: N815
+    traceEvents: list[_FloatTimesPhases] | None = None  # type: ignore[valid-type]  # noqa: N815
 
 
 WHOLE_RAW_TIMES = msgspec.json.Decoder(RawTimesTrace, float_hook=str)
@@ -285,13 +292,13 @@ class CounterFloatTimesArgs(CompleteFloatTimesArgs, tag="C", gc=False):
 class RawTimesArgsTrace(Trace, gc=False):
     """:class:`RawTimesTrace` with each event's args decoded."""
 
-    traceEvents: list[Union[(CompleteRawTimesArgs, CounterRawTimesArgs, *_SKIPPED)]] | None = None  # type: ignore[assignment,valid-type]  # noqa: N815, UP007
+    traceEvents: list[Union[(CompleteRawTimesArgs, CounterRawTimesArgs) + _SKIPPED]] | None = None  # type: ignore[valid-type]  # noqa: N815, UP007
 
 
 class FloatTimesArgsTrace(Trace, gc=False):
     """:class:`FloatTimesTrace` with each event's args decoded."""
 
-    traceEvents: list[Union[(CompleteFloatTimesArgs, CounterFloatTimesArgs, *_SKIPPED)]] | None = None  # type: ignore[assignment,valid-type]  # noqa: N815, UP007
+    traceEvents: list[Union[(CompleteFloatTimesArgs, CounterFloatTimesArgs) + _SKIPPED]] | None = None  # type: ignore[valid-type]  # noqa: N815, UP007
 
 
 WHOLE_RAW_TIMES_ARGS = msgspec.json.Decoder(RawTimesArgsTrace, float_hook=str)

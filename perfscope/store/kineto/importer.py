@@ -9,12 +9,10 @@ into place only when every file has imported: an existing run is replaced only w
 """
 from __future__ import annotations
 
-import contextlib
 import errno
 import gc
 import os
 import shutil
-import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,8 +20,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from perfscope.errors import InputError, PerfscopeError, RunExistsError, UsageError
+from perfscope.errors import InputError, PerfscopeError, UsageError
 from perfscope.store.arrays import column, to_int
+from perfscope.store.kineto import formats
 from perfscope.store.kineto.builder import EventRankBuilder
 from perfscope.store.kineto.checks import (
     VALUE_ERRORS,
@@ -42,10 +41,12 @@ from perfscope.store.kineto.read import ReadTrace, read_trace, read_trace_bytes
 from perfscope.store.kineto.tables import RankTables
 from perfscope.store.meta import (
     as_read_back,
+    check_output,
     create_run,
     merge_meta,
-    perfscope_entries,
     rank_meta_record,
+    replace_run,
+    staging_dir,
     update_run,
     write_rank_meta,
 )
@@ -112,6 +113,10 @@ class ImportResult:
             self._writing.wait()
 
 
+# A value of the trace that could not be converted: one InputError naming the event and field.
+_CONVERSION_ERRORS: tuple[type[BaseException], ...] = (TraceValueError, *VALUE_ERRORS)
+
+
 def import_kineto(
     files: PathLike | Sequence[PathLike],
     out: PathLike,
@@ -151,11 +156,13 @@ def import_kineto(
     """
     paths = _trace_paths(files, rank)
     out = Path(out)
-    _check_output(out, force)
+    check_output(out, force)
     for p in paths:
         if not p.exists():
             raise InputError(f"no such file: {p}")
     sizes = [p.stat().st_size if p.is_file() else 0 for p in paths]
+    # Taken before reading: a file changed during the import then no longer matches.
+    sources = [source_identity(p) for p in paths]
     total = sum(sizes) or 1
     done = 0
     result = ImportResult(path=out)
@@ -179,21 +186,21 @@ def import_kineto(
                 read = read_trace(path, max_inflate=max_inflate)
                 if progress:
                     progress(f"converting {path.name}", done + size // 2, total)
-                _import_trace(read, path, tmp, result, claims, background=background)
-            except (TraceValueError, *VALUE_ERRORS) as e:
+                _import_trace(read, path, tmp, result, claims, background=background, max_inflate=max_inflate)
+            except _CONVERSION_ERRORS as e:
                 raise _value_error(path, e, max_inflate) from None
             except MemoryError:
                 raise PerfscopeError(f"not enough memory to import {path}; free memory or import it on a "
                                      "bigger machine") from None
             del read
             done += size
-        run_json = _complete_run(tmp, paths, result, claims)
+        run_json = _complete_run(tmp, paths, result, claims, sources)
         if progress:
             progress("writing run", total, total)
         if background:
             _write_in_background(result, run_json, tmp, force)
         else:
-            _move_into_place(tmp, out, force)
+            replace_run(tmp, out, force=force)
     except OSError as e:
         shutil.rmtree(tmp, ignore_errors=True)
         raise _write_error(out, e) from None
@@ -246,7 +253,7 @@ def _staging_folder(out: Path) -> Path:
     """
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        return Path(tempfile.mkdtemp(prefix=f".{out.name}.importing-", dir=out.parent))
+        return staging_dir(out)
     except OSError as e:
         raise _write_error(out, e) from None
 
@@ -289,7 +296,7 @@ class _RankClaims:
 
 
 def _import_trace(read: ReadTrace, path: Path, tmp: Path, result: ImportResult, claims: _RankClaims, *,
-                  background: bool) -> None:
+                  background: bool, max_inflate: int | None = None) -> None:
     """Build the tables of every rank in one file's trace and write them (or, with
     ``background``, stage them in ``result``), noting rows and warnings in ``result``."""
     trace = read.trace
@@ -304,8 +311,16 @@ def _import_trace(read: ReadTrace, path: Path, tmp: Path, result: ImportResult, 
         claims.claim(r, path)
     builders = _builders(read, groups, base, path)
     trace.traceEvents = None
+    built = {r: builders.pop(r).finish() for r, *_ in groups}
+    # Refuses a trace of events none of which became a row (UnrecognisedTraceError).
+    dropped = formats.check_import(path, [rt.tables for rt in built.values()], read.counts,
+                                   lambda: read_trace_bytes(path, max_inflate=max_inflate))
+    source = formats.provenance({f: getattr(trace, f) for f in trace.__struct_fields__ if f != "traceEvents"},
+                                read.counts)
     for r, _, props, dist, _ in groups:
-        rt = builders.pop(r).finish()
+        rt = built.pop(r)
+        if dropped:
+            rt.warnings.append(dropped)
         # As the writer stores them (what a background import's analysis reads).
         tables, negative = drop_negative_durations(stored_tables(_arrow_tables(rt.tables)))
         if negative:
@@ -313,7 +328,7 @@ def _import_trace(read: ReadTrace, path: Path, tmp: Path, result: ImportResult, 
                                + ", ".join(f"{name}: {n:,}" for name, n in negative.items()) + ")")
         result.rows[r] = {name: tables[name].num_rows if name in tables else 0 for name in rt.tables}
         result.warnings.extend(f"rank {r}: {w}" for w in rt.warnings)
-        info = _rank_info(trace, path, rt, props, dist, base)
+        info = {**_rank_info(trace, path, rt, props, dist, base), "trace_source": source}
         if background:
             result._staged.append((r, tables, info))  # written after the last file
         else:
@@ -346,17 +361,28 @@ def _rank_info(trace: Trace, path: Path, rt: RankTables, props: Any, dist: Any, 
     }
 
 
-def _complete_run(tmp: Path, paths: list[Path], result: ImportResult, claims: _RankClaims) -> dict[str, Any]:
-    """Mark the run in ``tmp`` complete, with its world size and notes; return its run.json."""
+def source_identity(path: PathLike) -> dict[str, Any]:
+    """What identifies an imported file in ``run.json``'s ``sources``: its absolute
+    ``path``, ``size`` (bytes) and ``mtime_ns``; a file that still matches all three is
+    taken as unchanged (``perfscope analyze TRACE`` then reuses the run)."""
+    p = Path(path).resolve()
+    st = p.stat()
+    return {"path": str(p), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
+def _complete_run(tmp: Path, paths: list[Path], result: ImportResult, claims: _RankClaims,
+                  sources: list[dict[str, Any]]) -> dict[str, Any]:
+    """Mark the run in ``tmp`` complete, with its world size, notes and ``sources`` (see
+    :func:`source_identity`); return its run.json."""
     seen = claims.seen
     if claims.guessed:
         if len(paths) == 1:
-            result.warnings.append(f"{paths[0].name} has no distributedInfo.rank; imported as rank {seen and min(seen)} (pass --rank to choose)")
+            result.warnings.append(f"{paths[0].name} has no distributedInfo.rank; imported as rank {seen and min(seen)} (choose it with `perfscope import kineto --rank N`, or rank=N)")
         else:
             result.warnings.append("no distributedInfo.rank in " + ", ".join(claims.guessed) + " (ranks given in file order)")
     world = max(claims.world_sizes) if claims.world_sizes else None
     world = max(world or 0, len(seen), (max(seen) + 1) if seen else 0)
-    return update_run(tmp, status="complete", world_size=world,
+    return update_run(tmp, status="complete", world_size=world, sources=sources,
                       notes=[f"imported from {p}" for p in paths] + result.warnings, durable=False)
 
 
@@ -378,7 +404,7 @@ def _write_in_background(result: ImportResult, run_json: dict[str, Any], tmp: Pa
             for r, tables, info in staged:
                 write_rank_tables(tmp, r, tables)
                 write_rank_meta(tmp, r, info, durable=False)
-            _move_into_place(tmp, out, force)
+            replace_run(tmp, out, force=force)
         except BaseException as e:
             shutil.rmtree(tmp, ignore_errors=True)
             if isinstance(e, OSError):
@@ -450,12 +476,6 @@ def _gpu_info(props: Any, devices: list[int]) -> tuple[dict[str, Any], list[dict
     return {k: v for k, v in gpu.items() if v is not None}, all_props
 
 
-def _check_output(out: Path, force: bool) -> None:
-    if out.exists() and not out.is_dir():
-        raise RunExistsError(f"{out} exists and is a file; choose another output directory")
-    if out.is_dir() and any(out.iterdir()) and not force:
-        what = "a run" if (out / "run.json").exists() else "other files"
-        raise RunExistsError(f"{out} already holds {what}; choose another output or pass --force to replace it")
 
 
 def _arrow_tables(tables: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -467,37 +487,4 @@ def _arrow_tables(tables: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]
         decl = table_decl(name)
         out[name] = {c: column(v, decl.column(c).type) if c in decl.column_names else v for c, v in cols.items()}
     return out
-
-
-def _move_into_place(tmp: Path, out: Path, force: bool) -> None:
-    """Move the finished run from ``tmp`` to ``out`` (replacing perfscope files if forced)."""
-    if not out.exists():
-        out.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(tmp, out)
-        return
-    _check_output(out, force)
-    # The old run's files are moved aside first and put back if the new ones cannot all be
-    # moved in, so that a failed replacement leaves the old run as it was.
-    backup = Path(tempfile.mkdtemp(prefix=f".{out.name}.replaced-", dir=out.parent))
-    old = perfscope_entries(out)
-    moved_in: list[str] = []
-    try:
-        for p in old:
-            os.replace(p, backup / p.name)
-        for child in list(tmp.iterdir()):
-            os.replace(child, out / child.name)
-            moved_in.append(child.name)
-    except OSError:
-        for name in moved_in:
-            with contextlib.suppress(OSError):
-                os.replace(out / name, tmp / name)
-        for p in backup.iterdir():
-            with contextlib.suppress(OSError):
-                os.replace(p, out / p.name)
-        with contextlib.suppress(OSError):
-            backup.rmdir()
-        raise
-    shutil.rmtree(backup, ignore_errors=True)
-    tmp.rmdir()
-
 

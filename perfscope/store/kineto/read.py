@@ -12,12 +12,13 @@ from __future__ import annotations
 import os
 import stat
 import zlib
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple
 
 from perfscope.errors import InputError
-from perfscope.store.kineto import decode, native, prefilter
+from perfscope.store.kineto import decode, formats, native, prefilter
 from perfscope.store.kineto.classify import FILTER_RULES
 from perfscope.store.kineto.decode import (
     decode_text,
@@ -45,11 +46,14 @@ class ReadTrace(NamedTuple):
         chunk_sizes: the chunks to hand its events to the table builders in: for a
             filtered trace those of the original's boundaries (see :func:`chunk_sizes`),
             else plain chunks of :data:`~perfscope.store.kineto.decode.CHUNK_EVENTS`.
+        counts: events per category of the whole trace when :func:`.formats.prepare`
+            counted them (an old spelling, or an unknown category near the start), else None.
     """
 
     trace: Trace
     text_times: bool
     chunk_sizes: list[int]
+    counts: Counter[str] | None = None
 
 
 def _read_result(trace: Trace, text_times: bool, sizes: list[int] | None = None) -> ReadTrace:
@@ -187,11 +191,13 @@ def read_trace(path: Path, *, max_inflate: int | None = None) -> ReadTrace:
     Raises:
         InputError: see :func:`read_trace_bytes` and :func:`decode_trace`.
     """
-    data = _read_file(path)
+    # An old spelling comes back rewritten as today's (plain text, not the file's bytes).
+    data, counts = formats.prepare(_read_file(path), lambda d: _gunzip(d, path, max_inflate))
+    rewritten = counts is not None and formats.spelling(counts) != formats.TODAY
     if _is_gzip(data):
         streamed = _read_streamed(data, path, inflate_limit(max_inflate))
         if streamed is not None:
-            return streamed
+            return streamed._replace(counts=counts)
         data = _gunzip(data, path, max_inflate)
     text_times = needs_text_times(data)
     if prefilter.available():
@@ -199,7 +205,7 @@ def read_trace(path: Path, *, max_inflate: int | None = None) -> ReadTrace:
         # shared), so the filtered text can be written over it, without a second buffer's
         # memory and page faults.  The original is then read again if it is needed, so
         # only from a regular file: a pipe (`<(zcat ...)`) cannot be read twice.
-        in_place = len(data) >= _IN_PLACE_BYTES and _is_regular_file(path)
+        in_place = len(data) >= _IN_PLACE_BYTES and _is_regular_file(path) and not rewritten
         chunk = decode.CHUNK_EVENTS
         kept = prefilter.run(data, FILTER_RULES, chunk_events=chunk, in_place=in_place)
         if in_place:
@@ -208,11 +214,11 @@ def read_trace(path: Path, *, max_inflate: int | None = None) -> ReadTrace:
         sizes = chunk_sizes(kept.chunk_counts, list(FILTER_RULES.cats), chunk)
         del kept
         if trace is not None:
-            return _read_result(trace, text_times, sizes)
+            return _read_result(trace, text_times, sizes)._replace(counts=counts)
         if in_place:
             data = read_trace_bytes(path, max_inflate=max_inflate)
     # Unfiltered: its decode gives the errors their usual words and offsets.
-    return _read_result(decode_trace(data, path, text_times=text_times), text_times)
+    return _read_result(decode_trace(data, path, text_times=text_times), text_times)._replace(counts=counts)
 
 
 #: gzip texts from this size on (by their trailer) are filtered while they are inflated.

@@ -75,10 +75,10 @@ def _triples(values: list[Any]) -> tuple[pa.Array, pa.Array, pa.Array]:
     try:
         arr = np.array(values, dtype=np.int64)
         if arr.shape == (n, 3):
-            return tuple(from_numpy(np.ascontiguousarray(arr[:, i]), pa.int32()) for i in range(3))  # type: ignore[return-value]
+            return tuple(from_numpy(np.ascontiguousarray(arr[:, i]), pa.int32()) for i in range(3))
     except (ValueError, TypeError, OverflowError):
         pass
-    return tuple(int_col([_xyz(v, i) for v in values], pa.int32()) for i in range(3))  # type: ignore[return-value]
+    return tuple(int_col([_xyz(v, i) for v in values], pa.int32()) for i in range(3))
 
 
 def extras(args: list[EventArgs]) -> list[dict[str, Any]] | None:
@@ -93,7 +93,7 @@ def with_extra(values: list[Any], extras: list[dict[str, Any]] | None, key: str)
     """``values`` with ``extras[i][key]`` where that key is present (even when null)."""
     if extras is None:
         return values
-    return [x[key] if key in x else v for v, x in zip(values, extras)]
+    return [x.get(key, v) for v, x in zip(values, extras)]
 
 
 def mapped_pids(events: list[Event], pid_map: dict[Any, Any] | None) -> list[Any]:
@@ -118,7 +118,7 @@ def concat_columns(pieces: list[dict[str, Any]]) -> dict[str, Any]:
         if isinstance(first, np.ndarray):
             out[col] = np.concatenate(parts)
         elif isinstance(first, (pa.Array, pa.ChunkedArray)):
-            out[col] = pa.chunked_array([x for x in parts], type=first.type)
+            out[col] = pa.chunked_array(list(parts), type=first.type)
         else:
             out[col] = [v for x in parts for v in x]
     return out
