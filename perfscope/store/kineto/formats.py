@@ -14,7 +14,8 @@ PyTorch 1.8-1.9            PyTorch 1.10 onward, ROCm    perfscope table
 ``cat: "Kernel"``          ``kernel``                   ``kernels`` (NCCL ones: ``collectives``)
 ``cat: "Runtime"``         ``cuda_runtime``             ``api``
 (none)                     ``cuda_driver``              ``api``
-``cat: "Operator"``        ``cpu_op``                   ``steps`` (``ProfilerStep#N``), comms
+``cat: "Operator"``        ``cpu_op``                   ``operators``; ``steps``, comms too
+(none)                     ``python_function``          ``operators`` (Python frames)
 ``cat: "Memcpy"``          ``gpu_memcpy``               ``memcpy``
 ``cat: "Memset"``          ``gpu_memset``               ``memset``
 (none)                     ``cuda_sync``                ``sync``
@@ -49,7 +50,7 @@ Decisions:
   importer's exact-nanosecond parsing is unaffected.
 * **Loud refusal.**  :func:`account` sorts a trace's categories into the ones a table is
   built from, the ones known to carry nothing a table keeps (flows, the profiler's own
-  span, Python function events, ...), and the unknown rest, which are dropped and named:
+  span, ...), and the unknown rest, which are dropped and named:
   in a warning when something was recognised, in an :class:`UnrecognisedTraceError`
   (exit 2) when a trace with events gives an empty run.
 """
@@ -91,10 +92,10 @@ TABLE_CATEGORIES = frozenset(CAT_KIND)
 #: Of those, the ones both spellings share (so they tell nothing of a trace's release).
 SHARED_CATEGORIES = frozenset({"user_annotation"})
 #: Categories known to hold nothing a table keeps: flows (their ids are the correlation
-#: ids the events' args already carry), the profiler's own span, Python-level events,
-#: instants and overhead records.
+#: ids the events' args already carry), the profiler's own span, instants and overhead
+#: records.
 IGNORED_CATEGORIES = frozenset({
-    "ac2g", "async", "fwdbwd", "Trace", "python_function", "Python", "cpu_instant_event",
+    "ac2g", "async", "fwdbwd", "Trace", "Python", "cpu_instant_event",
     "overhead", "Overhead", "Memory", "memory",
 })
 

@@ -1,7 +1,7 @@
 """ctypes binding of the Kineto pre-filter (``prefilter.c``, built as ``_libkineto*.so``).
 
-Most of a Kineto trace is events no perfscope table keeps: ``cpu_op`` ops, flows,
-metadata.  :func:`run` copies a trace's JSON text without them, in one pass of C over the
+Much of a Kineto trace is events no perfscope table keeps: flows, metadata,
+instants.  :func:`run` copies a trace's JSON text without them, in one pass of C over the
 text, so that the importer's msgspec decoders read a third of it.  Everything but the
 ``traceEvents`` array, and every kept event, is copied byte for byte: the decoded result
 is the original's less the dropped events, by construction.
@@ -11,8 +11,9 @@ The rule (``decide()`` in the C source), from the event's own (depth-1) keys onl
 * ``ph`` is text other than ``"X"`` and ``"C"``: dropped (tables keep no other phase);
 * else ``cat`` is text that is not a category of the importer's tables: dropped;
 * else ``ph`` is known and is not the phase that category is kept in: dropped;
-* else ``cat`` is the by-name category (``cpu_op``) and ``name`` is text starting with
-  none of the prefixes: dropped;
+* else ``cat`` is the by-name category, if the rules name one, and ``name`` is text
+  starting with none of the prefixes: dropped (the importer names none: it keeps every
+  ``cpu_op`` for the ``operators`` table);
 * else kept.  A value written with a backslash escape, a repeated key, a missing key or a
   value that is not text is unknown, and an escaped key makes the whole event unknown:
   both keep it unless a known key drops it.
@@ -74,10 +75,11 @@ class _Result(ctypes.Structure):
 class Rules(NamedTuple):
     """What the importer keeps: ``cats`` maps each table category to the phase its events
     are kept in (``"X"`` or ``"C"``); events of ``by_name`` are kept only when their name
-    starts with one of ``prefixes``."""
+    starts with one of ``prefixes`` (None: every category's events are kept whatever their
+    name)."""
 
     cats: dict[str, str]
-    by_name: str
+    by_name: str | None
     prefixes: tuple[str, ...]
 
 
@@ -313,7 +315,7 @@ class Stream:
 def _check(rules: Rules, chunk_events: int) -> None:
     """Raise ValueError for rules the library cannot be passed (empty names, a newline in
     one, a phase that is not one letter) or ``chunk_events`` < 1."""
-    names: Iterable[str] = [*rules.cats, rules.by_name, *rules.prefixes]
+    names: Iterable[str] = [*rules.cats, *([rules.by_name] if rules.by_name is not None else []), *rules.prefixes]
     if any(not n or "\n" in n for n in names) or any(len(p) != 1 for p in rules.cats.values()):
         raise ValueError(f"cannot pass these rules to the filter: {rules}")
     if chunk_events < 1:
@@ -322,7 +324,8 @@ def _check(rules: Rules, chunk_events: int) -> None:
 
 def _encode_rules(rules: Rules) -> tuple[bytes, bytes, bytes]:
     cats = b"\n".join(phase.encode() + cat.encode() for cat, phase in rules.cats.items())
-    return cats, rules.by_name.encode(), b"\n".join(p.encode() for p in rules.prefixes)
+    by_name = rules.by_name.encode() if rules.by_name is not None else b""  # (matches no category)
+    return cats, by_name, b"\n".join(p.encode() for p in rules.prefixes)
 
 
 def _threads() -> int:

@@ -320,7 +320,7 @@ def _is_regular_file(path: Path) -> bool:
 # calls), markers (host, then GPU annotations), steps and record_param_comms ops (from
 # user annotations, then from cpu ops).
 JOINED_PER_CHUNK = (("cuda_runtime", "cuda_driver"), ("user_annotation", "gpu_user_annotation"),
-                     ("user_annotation", "cpu_op"))
+                     ("user_annotation", "cpu_op"), ("cpu_op", "python_function"))
 
 
 def chunk_sizes(counts: Sequence[Sequence[int]], cats: Sequence[str], limit: int) -> list[int]:
