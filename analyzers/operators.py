@@ -23,7 +23,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from perfscope.analyzers.classify import codes_and_names, name_matches, name_values
+from perfscope.analyzers.classify import codes_and_names, name_matches
 from perfscope.analyzers.columns import Columns, is_null, n_rows
 from perfscope.analyzers.intervals import as_i64, filled_i64
 
@@ -37,8 +37,40 @@ _INT_COLUMNS = frozenset({"rank", "calls", "self_ns", "total_ns", "launches", "l
 
 
 def _empty(cols: tuple[str, ...]) -> pd.DataFrame:
-    return pd.DataFrame({c: pd.Series(dtype="int64" if c in _INT_COLUMNS else "float64" if c.endswith("share")
-                                      else object) for c in cols})
+    return pd.DataFrame({c: np.zeros(0, np.int64 if c in _INT_COLUMNS else np.float64 if c.endswith("share") else object)
+                         for c in cols})
+
+
+def _groups(*codes: np.ndarray) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
+    """The distinct combinations of ``codes`` (non-negative int arrays of one length: name
+    codes and the like, so small that a table of every combination is cheap; no sort):
+    (each group's codes, one array per argument, in key order; each row's group)."""
+    sizes = tuple(int(c.max()) + 1 if c.size else 1 for c in codes)
+    key = np.ravel_multi_index(codes, sizes) if len(codes) > 1 else codes[0].astype(np.int64)
+    present = np.flatnonzero(np.bincount(key, minlength=int(np.prod(sizes))))
+    group = np.empty(int(np.prod(sizes)), np.int64)
+    group[present] = np.arange(present.size)
+    return np.unravel_index(present, sizes), group[key]
+
+
+def _sums(inverse: np.ndarray, n: int, values: np.ndarray | None = None) -> np.ndarray:
+    """Per group: the count of rows (``values`` None) or the int64 sum of ``values``."""
+    if values is None:
+        return np.bincount(inverse, minlength=n).astype(np.int64)
+    # (float64 sums are exact up to 2**53 ns: 104 days)
+    return np.rint(np.bincount(inverse, weights=values, minlength=n)).astype(np.int64)
+
+
+def _ranks(texts: np.ndarray) -> np.ndarray:
+    """Each text's position in sorted order (to sort rows by a text column with lexsort)."""
+    out = np.empty(texts.size, np.int64)
+    out[np.argsort(texts.astype(str), kind="stable")] = np.arange(texts.size)
+    return out
+
+
+def _frame(cols: tuple[str, ...], values: dict[str, np.ndarray], order: np.ndarray) -> pd.DataFrame:
+    """A frame of ``cols`` from ``values`` with its rows in ``order`` (one construction)."""
+    return pd.DataFrame({c: values[c][order] for c in cols})
 
 
 def self_times(dur: np.ndarray, parent: np.ndarray) -> np.ndarray:
@@ -46,7 +78,7 @@ def self_times(dur: np.ndarray, parent: np.ndarray) -> np.ndarray:
     (int64 ns, never below 0; ``parent`` -1 for none)."""
     has = parent >= 0
     children = np.bincount(parent[has], weights=dur[has], minlength=dur.size) if dur.size else np.zeros(0)
-    return np.maximum(dur - children.astype(np.int64), 0)
+    return np.maximum(dur - np.rint(children).astype(np.int64), 0)
 
 
 def in_windows(start: np.ndarray, windows: tuple[np.ndarray, np.ndarray] | None) -> np.ndarray:
@@ -60,10 +92,18 @@ def in_windows(start: np.ndarray, windows: tuple[np.ndarray, np.ndarray] | None)
 
 
 def parents(ops: Columns) -> np.ndarray:
-    """The ``parent`` column as int64 row positions, -1 where null."""
+    """The ``parent`` column as int64 row positions, -1 where null (the column itself when
+    it is that already: pass ``{**ops, "parent": parents(ops)}`` to several functions)."""
     p = ops["parent"]
-    null = is_null(p)
-    return np.where(null, -1, filled_i64(p))
+    if isinstance(p, np.ndarray) and p.dtype == np.int64:
+        return p
+    return np.where(is_null(p), -1, filled_i64(p))
+
+
+def _is_operator(ops: Columns) -> np.ndarray:
+    """Bool per row: a ``cpu_op`` (not a Python frame)."""
+    codes, kinds = codes_and_names(ops["kind"])
+    return (kinds == "cpu_op")[codes] if codes.size else np.zeros(0, bool)
 
 
 def rank_operators(rank: int, ops: Columns, windows: tuple[np.ndarray, np.ndarray] | None) -> pd.DataFrame:
@@ -88,15 +128,15 @@ def rank_operators(rank: int, ops: Columns, windows: tuple[np.ndarray, np.ndarra
         return _empty(OPERATOR_COLUMNS)
     codes, names = codes_and_names(ops["name"])
     kcodes, kinds = codes_and_names(ops["kind"])
-    df = pd.DataFrame({"name": codes[keep], "kind": kcodes[keep], "self": own[keep], "total": dur[keep]})
-    g = df.groupby(["name", "kind"], sort=False).agg(calls=("self", "size"), self_ns=("self", "sum"), total_ns=("total", "sum"))
-    g = g.reset_index()
-    out = pd.DataFrame({"rank": np.full(len(g), rank, np.int64), "name": names[g["name"].to_numpy()],
-                        "kind": kinds[g["kind"].to_numpy()], "calls": g["calls"].to_numpy(np.int64),
-                        "self_ns": g["self_ns"].to_numpy(np.int64), "total_ns": g["total_ns"].to_numpy(np.int64)})
-    per_kind = out.groupby("kind")["self_ns"].transform("sum").to_numpy(float)
-    out["self_share"] = np.divide(out["self_ns"].to_numpy(float), per_kind, out=np.zeros(len(out)), where=per_kind > 0)
-    return out.sort_values(["self_ns", "name", "kind"], ascending=[False, True, True], kind="stable").reset_index(drop=True)
+    (name_code, kind), inverse = _groups(codes[keep], kcodes[keep])
+    n = kind.size
+    self_ns = _sums(inverse, n, own[keep])
+    per_kind = _sums(kind, int(kind.max()) + 1, self_ns)[kind]
+    name = names[name_code]
+    values = {"rank": np.full(n, rank, np.int64), "name": name, "kind": kinds[kind], "calls": _sums(inverse, n),
+              "self_ns": self_ns, "total_ns": _sums(inverse, n, dur[keep]),
+              "self_share": np.divide(self_ns, per_kind, out=np.zeros(n), where=per_kind > 0)}
+    return _frame(OPERATOR_COLUMNS, values, np.lexsort((_ranks(values["kind"]), _ranks(name), -self_ns)))
 
 
 def rank_call_sites(rank: int, ops: Columns, windows: tuple[np.ndarray, np.ndarray] | None) -> pd.DataFrame:
@@ -106,26 +146,31 @@ def rank_call_sites(rank: int, ops: Columns, windows: tuple[np.ndarray, np.ndarr
         columns of :data:`SITE_COLUMNS`, one row per call site (``call_site``, the
         innermost enclosing user Python frame): ``calls`` and ``self_ns`` (int64 ns) of the
         operators (``cpu_op`` rows, not frames) under it, ``top_operator`` (the one with the
-        most self time there); largest self time first.  Empty when the trace has no
-        Python frames.
+        most self time there, the first by name on ties); largest self time first.  Empty
+        when the trace has no Python frames.
     """
     if not n_rows(ops):
         return _empty(SITE_COLUMNS)
-    site_null = is_null(ops["call_site"])
-    keep = ~site_null & (name_values(ops["kind"]) == "cpu_op") & in_windows(as_i64(ops["start_ns"]), windows)
+    scodes, sites = codes_and_names(ops["call_site"])  # (a null site is "")
+    keep = (sites != "")[scodes] & _is_operator(ops) & in_windows(as_i64(ops["start_ns"]), windows)
     if not keep.any():
         return _empty(SITE_COLUMNS)
-    own = self_times(as_i64(ops["dur_ns"]), parents(ops))
-    scodes, sites = codes_and_names(ops["call_site"])
+    own = self_times(as_i64(ops["dur_ns"]), parents(ops))[keep]
     ncodes, names = codes_and_names(ops["name"])
-    df = pd.DataFrame({"site": scodes[keep], "name": ncodes[keep], "self": own[keep]})
-    by_op = df.groupby(["site", "name"], sort=False)["self"].sum().reset_index()
-    top = by_op.sort_values(["self", "name"], ascending=[False, True], kind="stable").drop_duplicates("site")
-    g = df.groupby("site", sort=False)["self"].agg(["size", "sum"]).reset_index().merge(top[["site", "name"]], on="site")
-    out = pd.DataFrame({"rank": np.full(len(g), rank, np.int64), "call_site": sites[g["site"].to_numpy()],
-                        "calls": g["size"].to_numpy(np.int64), "self_ns": g["sum"].to_numpy(np.int64),
-                        "top_operator": names[g["name"].to_numpy()]})
-    return out.sort_values(["self_ns", "call_site"], ascending=[False, True], kind="stable").reset_index(drop=True)
+    scodes, ncodes = scodes[keep], ncodes[keep]
+    (site_code,), inverse = _groups(scodes)
+    n = site_code.size
+    self_ns = _sums(inverse, n, own)
+    # The top operator of each site: its (site, operator) pair with the most self time
+    # (pairs come in site order, as the sites do).
+    (pair_site, pair_name), pair_inverse = _groups(scodes, ncodes)
+    pair_self = _sums(pair_inverse, pair_site.size, own)
+    best = np.lexsort((_ranks(names[pair_name]), -pair_self, pair_site))
+    top = best[np.r_[True, pair_site[best][1:] != pair_site[best][:-1]]]  # first of each site
+    site = sites[site_code]
+    values = {"rank": np.full(n, rank, np.int64), "call_site": site, "calls": _sums(inverse, n), "self_ns": self_ns,
+              "top_operator": names[pair_name[top]]}
+    return _frame(SITE_COLUMNS, values, np.lexsort((_ranks(site), -self_ns)))
 
 
 def enclosing_operators(ops: Columns, tid: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
@@ -137,7 +182,7 @@ def enclosing_operators(ops: Columns, tid: np.ndarray, start: np.ndarray, end: n
         return out
     o_start, o_end = as_i64(ops["start_ns"]), as_i64(ops["start_ns"]) + as_i64(ops["dur_ns"])
     o_tid, parent = filled_i64(ops["tid"]), parents(ops)
-    is_op = name_values(ops["kind"]) == "cpu_op"
+    is_op = _is_operator(ops)
     for t in np.intersect1d(np.unique(o_tid), np.unique(tid)):
         rows = np.flatnonzero(o_tid == t)
         rows = rows[np.argsort(o_start[rows], kind="stable")]
@@ -180,12 +225,14 @@ def launch_operators(rank: int, ops: Columns, api: Columns, launch: np.ndarray,
         return _empty(LAUNCH_COLUMNS)
     ncodes, names = codes_and_names(ops["name"])
     scodes, sites = codes_and_names(ops["call_site"])
-    df = pd.DataFrame({"name": ncodes[owner[found]], "site": scodes[owner[found]], "dur": a_dur[rows][found]})
-    g = df.groupby(["name", "site"], sort=False)["dur"].agg(["size", "sum"]).reset_index()
-    out = pd.DataFrame({"rank": np.full(len(g), rank, np.int64), "name": names[g["name"].to_numpy()],
-                        "call_site": sites[g["site"].to_numpy()], "launches": g["size"].to_numpy(np.int64),
-                        "launch_ns": g["sum"].to_numpy(np.int64)})
-    return out.sort_values(["launch_ns", "name", "call_site"], ascending=[False, True, True], kind="stable").reset_index(drop=True)
+    owner = owner[found]
+    (name_code, site_code), inverse = _groups(ncodes[owner], scodes[owner])
+    n = name_code.size
+    launch_ns = _sums(inverse, n, a_dur[rows][found])
+    name, site = names[name_code], sites[site_code]
+    values = {"rank": np.full(n, rank, np.int64), "name": name, "call_site": site, "launches": _sums(inverse, n),
+              "launch_ns": launch_ns}
+    return _frame(LAUNCH_COLUMNS, values, np.lexsort((_ranks(site), _ranks(name), -launch_ns)))
 
 
 def overall_operators(per_rank: pd.DataFrame) -> pd.DataFrame:
@@ -194,18 +241,24 @@ def overall_operators(per_rank: pd.DataFrame) -> pd.DataFrame:
     Returns:
         columns ``name``, ``kind``, ``ranks`` (ranks it ran on), ``calls``, ``self_ns``,
         ``total_ns`` (int64 ns, summed over ranks), ``self_share`` (of all ranks' self
-        time of that kind); largest self time first.
+        time of that kind); largest self time first, then name.
     """
     cols = ("name", "kind", "ranks", "calls", "self_ns", "total_ns", "self_share")
     if per_rank is None or not len(per_rank):
         return pd.DataFrame({c: pd.Series(dtype="int64" if c in ("ranks", "calls", "self_ns", "total_ns") else
                                           "float64" if c == "self_share" else object) for c in cols})
-    g = per_rank.groupby(["name", "kind"], sort=True).agg(ranks=("rank", "nunique"), calls=("calls", "sum"),
-                                                           self_ns=("self_ns", "sum"), total_ns=("total_ns", "sum")).reset_index()
-    per_kind = g.groupby("kind")["self_ns"].transform("sum").to_numpy(float)
-    g["self_share"] = np.divide(g["self_ns"].to_numpy(float), per_kind, out=np.zeros(len(g)), where=per_kind > 0)
-    g = g.astype({"ranks": "int64", "calls": "int64", "self_ns": "int64", "total_ns": "int64", "name": object, "kind": object})
-    return g.sort_values(["self_ns", "name", "kind"], ascending=[False, True, True], kind="stable").reset_index(drop=True)[list(cols)]
+    ncodes, names = codes_and_names(per_rank["name"])
+    kcodes, kinds = codes_and_names(per_rank["kind"])
+    (name_code, kind), inverse = _groups(ncodes, kcodes)
+    n = kind.size
+    self_ns = _sums(inverse, n, per_rank["self_ns"].to_numpy(np.int64))
+    per_kind = _sums(kind, int(kind.max()) + 1, self_ns)[kind]
+    name = names[name_code]
+    values = {"name": name, "kind": kinds[kind], "ranks": _sums(inverse, n),  # (a rank has one row per name and kind)
+              "calls": _sums(inverse, n, per_rank["calls"].to_numpy(np.int64)), "self_ns": self_ns,
+              "total_ns": _sums(inverse, n, per_rank["total_ns"].to_numpy(np.int64)),
+              "self_share": np.divide(self_ns, per_kind, out=np.zeros(n), where=per_kind > 0)}
+    return _frame(cols, values, np.lexsort((_ranks(values["kind"]), _ranks(name), -self_ns)))
 
 
 def top_host_operators(overall: pd.DataFrame, n: int) -> pd.DataFrame:
@@ -233,10 +286,14 @@ def top_call_sites(sites: pd.DataFrame, n: int) -> pd.DataFrame:
 
 
 def top_per_rank(df: pd.DataFrame, n: int) -> pd.DataFrame:
-    """The first ``n`` rows of each rank of ``df`` (already sorted within each rank)."""
+    """The first ``n`` rows of each rank of ``df`` (ranks one after another, each sorted)."""
     if df is None or not len(df):
         return df
-    return df.groupby("rank", sort=False).head(n).reset_index(drop=True)
+    rank = df["rank"].to_numpy()
+    starts = np.flatnonzero(np.r_[True, rank[1:] != rank[:-1]])
+    within = np.arange(rank.size) - np.repeat(starts, np.diff(np.r_[starts, rank.size]))
+    keep = within < n
+    return df if keep.all() else df[keep].reset_index(drop=True)
 
 
 __all__ = ["LAUNCH_COLUMNS", "OPERATOR_COLUMNS", "READ_COLUMNS", "SITE_COLUMNS", "enclosing_operators", "in_windows",

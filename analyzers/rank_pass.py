@@ -70,7 +70,7 @@ from perfscope.analyzers.intervals import (
     merge,
 )
 from perfscope.analyzers.kernels import launch_row, top_kernels
-from perfscope.analyzers.operators import READ_COLUMNS, launch_operators, rank_call_sites, rank_operators
+from perfscope.analyzers.operators import READ_COLUMNS, launch_operators, parents, rank_call_sites, rank_operators
 from perfscope.analyzers.steps import rank_windows
 
 from perfscope.store.reader import Coded
@@ -406,7 +406,9 @@ def rank_summary(run: Any, r: int, inputs: RankInputs) -> RankSummary:
         copies = copy_summary(t["memcpy"], copy_kinds.recode(t["memcpy"]["copy_kind"]), with_codes=True)
     a_sync = blocking_calls(api, t["memcpy"]) if n_api else None
     # Only imported traces have operators (a run without the table has no part file to read).
-    ops = read_columns(run, "operators", [r], coded=False)
+    ops = read_columns(run, "operators", [r])
+    if n_rows(ops):
+        ops = {**ops, "parent": parents(ops)}  # (once for every function that reads it)
     sync_sites = (blocking_sites(r, api, a_sync, t["markers"], ops) if a_sync is not None and a_sync.any() else None)
     op_view = _operator_view(r, ops, api, a_sync, win) if n_rows(ops) else {}
     layers = _layers(t, gpu, a_sync)

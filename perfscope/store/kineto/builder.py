@@ -22,7 +22,7 @@ from perfscope.store.kineto.links import (
     collectives_from_kernels,
     sync_table,
 )
-from perfscope.store.kineto.operators import operators_table
+from perfscope.store.kineto.operators import sorted_operators_table
 from perfscope.store.kineto.tables import (
     RankTables,
     basic_tables,
@@ -111,7 +111,7 @@ class EventRankBuilder:
             ops = {k: pa.concat_arrays([p[k] for p in self.operators]) if isinstance(self.operators[0][k], pa.Array)
                    else np.concatenate([p[k] for p in self.operators]) for k in self.operators[0]}
             self.operators.clear()
-            out["operators"] = operators_table(**ops)
+            out["operators"] = sorted_operators_table(**ops)
         return rank_tables(out, warnings)
 
 

@@ -15,7 +15,7 @@ from perfscope.store.kineto.decode import decode_args_batch
 from perfscope.store.kineto.events import CompleteRawTimesArgs
 from perfscope.store.kineto.links import Launch, collectives_from_kernels, sync_table
 from perfscope.store.kineto.native import CODE, FIELD, Rows
-from perfscope.store.kineto.operators import operators_table
+from perfscope.store.kineto.operators import NULL_KEY, operators_table, preorder
 from perfscope.store.kineto.checks import step_number
 from perfscope.store.kineto.parse import STEP_RE, parse_memcpy_name, parse_memset_kind
 from perfscope.store.kineto.tables import RankTables, rank_tables
@@ -263,9 +263,13 @@ class ColumnRankBuilder:
         return rank_tables(out, warnings)
 
     def _operators(self, ops: np.ndarray) -> dict[str, Any]:
-        """The ``operators`` table (:func:`~.operators.operators_table`): per chunk, cpu_ops
-        then Python frames."""
+        """The ``operators`` table (:func:`~.operators.operators_table`) of rows ``ops``
+        (per chunk, cpu_ops then Python frames), put in :func:`~.operators.preorder`."""
         s = _Selection(self.rows, ops, self.base_ns)
+        start, dur = s.times()
+        keys = [np.where(s.has(f), s.values(f), NULL_KEY) for f in ("pid", "tid")]
+        ops = ops[preorder(start, dur, *keys)]
+        s = _Selection(self.rows, ops, self.base_ns)  # (the columns taken once, in their order)
         start, dur = s.times()
         return operators_table(start, dur, s.ints("pid"), s.ints("tid"), s.names(),
                                self.cat[ops] == CODE["python_function"], s.ints("external_id"))

@@ -1,8 +1,9 @@
 """The ``operators`` table: a trace's host operators and Python frames, nested per thread.
 
-Both import routes hand :func:`operators_table` the same columns in the same order (per
-chunk of the trace, its ``cpu_op`` events, then its ``python_function`` ones), and it
-does the rest once for both, so that their tables are equal by construction:
+Both import routes put the same rows (per chunk of the trace, its ``cpu_op`` events, then
+its ``python_function`` ones) in the same order (:func:`preorder`), and
+:func:`operators_table` does the rest once for both, so that their tables are equal by
+construction:
 
 * **Order.**  Rows are sorted by thread (pid, tid), then start ascending and end
   descending (an enclosing row before what it encloses; ties keep the input order): each
@@ -50,10 +51,36 @@ def is_user_frame(name: str) -> bool:
     return m is not None and _INTERNAL_FILE_RE.search(m.group("file")) is None
 
 
+#: The thread key of a null pid or tid (a group of its own).
+NULL_KEY = int(np.iinfo(np.int64).min)
+
+
+def preorder(start: np.ndarray, dur: np.ndarray, pid: np.ndarray, tid: np.ndarray) -> np.ndarray:
+    """The order of :func:`operators_table`'s rows (see the module docstring): by thread
+    (``pid``, ``tid``: int64 keys, :data:`NULL_KEY` for null), start ascending, end
+    descending, input order on ties; negative durations last."""
+    negative = dur < 0
+    return np.lexsort((-(start + np.where(negative, 0, dur)), start, tid, pid, negative))
+
+
+def thread_key(ids: pa.Array) -> np.ndarray:
+    """``ids`` (an int64 Arrow array) as :func:`preorder`'s keys: nulls as :data:`NULL_KEY`."""
+    return int_values(ids, NULL_KEY).astype(np.int64, copy=False)
+
+
+def sorted_operators_table(start: np.ndarray, dur: np.ndarray, pid: pa.Array, tid: pa.Array, names: pa.Array,
+                           is_frame: np.ndarray, external_id: pa.Array) -> dict[str, Any]:
+    """:func:`operators_table` of rows in any order (put in :func:`preorder` first)."""
+    order = preorder(start, dur, thread_key(pid), thread_key(tid))
+    taken = from_numpy(order)
+    return operators_table(start[order], dur[order], pid.take(taken), tid.take(taken), names.take(taken),
+                           is_frame[order], external_id.take(taken))
+
+
 def operators_table(start: np.ndarray, dur: np.ndarray, pid: pa.Array, tid: pa.Array, names: pa.Array,
                     is_frame: np.ndarray, external_id: pa.Array) -> dict[str, Any]:
     """The ``operators`` table (see :mod:`perfscope.store.schema`) from one rank's
-    operator and frame events, in the importer's order (see the module docstring).
+    operator and frame events, in :func:`preorder`.
 
     Args:
         start: int64 ns (base included); dur: int64 ns.
@@ -63,46 +90,40 @@ def operators_table(start: np.ndarray, dur: np.ndarray, pid: pa.Array, tid: pa.A
         external_id: int64 Arrow array (``args."External id"``; nulls allowed).
 
     Returns:
-        column name -> column, rows sorted and nested as the module docstring says.
+        column name -> column: the rows as given, with ``kind``, ``depth``, ``parent``
+        and ``call_site`` (see the module docstring).
     """
     n = len(start)
-    negative = dur < 0
-    pid_key, tid_key = _key(pid), _key(tid)
-    end = start + np.where(negative, 0, dur)
-    order = np.lexsort((-end, start, tid_key, pid_key, negative))
-    pid_key, tid_key, end, negative = pid_key[order], tid_key[order], end[order], negative[order]
+    pid_key, tid_key = thread_key(pid), thread_key(tid)
     thread = np.zeros(n, np.int64)
     if n > 1:
         thread[1:] = np.cumsum((pid_key[1:] != pid_key[:-1]) | (tid_key[1:] != tid_key[:-1]))
-    taken = from_numpy(order)
-    names = names.take(taken)
-    is_frame = is_frame[order]
-    is_site = is_frame & _user_frames(names)
-    parent, depth, site = nest(thread, end, is_site, negative)
+    negative = dur < 0
+    end = start + np.where(negative, 0, dur)
+    parent, depth, site = nest(thread, end, _user_frames(names, is_frame), negative)
+    has_site = site >= 0
     return {
-        "start_ns": start[order], "dur_ns": dur[order],
-        "pid": pid.take(taken), "tid": tid.take(taken),
-        "name": names,
+        "start_ns": start, "dur_ns": dur, "pid": pid, "tid": tid, "name": names,
         "kind": str_array([OPERATOR, FRAME]).take(from_numpy(is_frame.astype(np.int64))),
-        "external_id": external_id.take(taken),
+        "external_id": external_id,
         "depth": from_numpy(depth),
         "parent": from_numpy(parent, pa.int64(), parent >= 0),
-        "call_site": names.take(from_numpy(np.maximum(site, 0), pa.int64(), site >= 0)),
+        "call_site": (names.take(from_numpy(np.maximum(site, 0), pa.int64(), has_site)) if has_site.any()
+                      else pa.nulls(n, pa.string())),
     }
 
 
-def _key(ids: pa.Array) -> np.ndarray:
-    """An int64 array of ``ids`` with nulls as the smallest int64 (a group of their own)."""
-    return int_values(ids, int(np.iinfo(np.int64).min)).astype(np.int64, copy=False)
-
-
-def _user_frames(names: pa.Array) -> np.ndarray:
-    """Bool per row of ``names``: :func:`is_user_frame` (decided once per distinct name)."""
-    if not len(names):
-        return np.zeros(0, bool)
-    encoded = pc.dictionary_encode(names)
+def _user_frames(names: pa.Array, is_frame: np.ndarray) -> np.ndarray:
+    """Bool per row of ``names``: a Python frame (``is_frame``) of the user's code
+    (:func:`is_user_frame`, decided once per distinct name)."""
+    out = np.zeros(len(names), bool)
+    frames = np.flatnonzero(is_frame)
+    if not frames.size:  # (traces recorded without with_stack: most)
+        return out
+    encoded = pc.dictionary_encode(names.take(from_numpy(frames)))
     flags = np.array([is_user_frame(s) if s is not None else False for s in encoded.dictionary.to_pylist()], bool)
-    return flags[int_values(encoded.indices)] if len(flags) else np.zeros(len(names), bool)
+    out[frames] = flags[int_values(encoded.indices)]
+    return out
 
 
 def nest(thread: np.ndarray, end: np.ndarray, is_site: np.ndarray, skip: np.ndarray
@@ -172,4 +193,5 @@ def use_native(enabled: bool) -> None:
     _lib, _load_failed = None, not enabled
 
 
-__all__ = ["FRAME", "OPERATOR", "is_user_frame", "nest", "operators_table", "use_native"]
+__all__ = ["FRAME", "NULL_KEY", "OPERATOR", "is_user_frame", "nest", "operators_table", "preorder", "sorted_operators_table",
+           "thread_key", "use_native"]
