@@ -318,7 +318,7 @@ def _is_regular_file(path: Path) -> bool:
 # Events are classified a chunk at a time, and a few lists are joined per chunk from two
 # categories, the first's events then the second's: api rows (CUDA runtime, then driver
 # calls), markers (host, then GPU annotations), steps and record_param_comms ops (from
-# user annotations, then from cpu ops).
+# user annotations, then from cpu ops), operators (cpu ops, then Python frames).
 JOINED_PER_CHUNK = (("cuda_runtime", "cuda_driver"), ("user_annotation", "gpu_user_annotation"),
                      ("user_annotation", "cpu_op"), ("cpu_op", "python_function"))
 
