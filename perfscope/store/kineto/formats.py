@@ -43,7 +43,8 @@ Decisions:
   ``user_annotation`` only) decides nothing, and the whole text is counted
   (:func:`census`) to decide.  A trace whose prefix holds a category perfscope does not
   know is counted whole too, so that the import can name what it drops; one whose first
-  unknown category comes later is not (its events are dropped without a warning).
+  unknown category comes later is named by the native pre-filter's tally of the
+  categories it dropped (:func:`filtered_counts`; without the filter library, it is not).
 * **The rewrite keeps every value's text.**  :func:`rewrite` decodes events as maps of raw
   JSON spans (:class:`msgspec.Raw`, no value decoded), changes only the spellings above,
   and encodes them again; timestamps and every other value are the original bytes, so the
@@ -59,7 +60,7 @@ from __future__ import annotations
 import re
 import zlib
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -314,6 +315,20 @@ class CategoryAccount:
             f"{', '.join(sorted(TABLE_CATEGORIES - {'perfscope_host', 'perfscope_collective', 'perfscope_metric'}))} "
             "(and the PyTorch 1.8-1.9 spellings Kernel, Runtime, Operator, Memcpy, Memset); "
             "if this trace comes from a newer profiler, report its categories as a perfscope issue")
+
+
+def filtered_counts(cats: Sequence[str], chunk_counts: Sequence[Sequence[int]],
+                    dropped: Mapping[str, int]) -> Counter[str] | None:
+    """Events per category as the native pre-filter saw them: those it kept, per category of
+    ``cats`` (``Filtered.chunk_counts`` summed), and those it dropped for a category no table
+    reads (``Filtered.dropped``); None unless that tally holds a category :func:`account`
+    calls dropped (unknown to perfscope), so that a trace whose start decided everything
+    (:func:`prepare`) is still warned about a category it first spells further on."""
+    if not account(dropped).dropped:
+        return None
+    counts: Counter[str] = Counter({cat: n for cat, n in zip(cats, map(sum, zip(*chunk_counts))) if n})
+    counts.update(dropped)
+    return counts
 
 
 def account(counts: Mapping[str, int]) -> CategoryAccount:

@@ -67,9 +67,27 @@ ERRORS = {
 }
 
 
+#: ``kf_tally``'s size: distinct names noted, and the most bytes of a name.
+TALLY_CATS, TALLY_NAME = 16, 48
+#: The key of :attr:`Filtered.dropped` for events of names past the tally's room.
+TALLY_OTHER = "(other categories)"
+
+
+class _Tally(ctypes.Structure):
+    _fields_ = [("n", ctypes.c_int64), ("other", ctypes.c_int64), ("count", ctypes.c_int64 * TALLY_CATS),
+                ("len", ctypes.c_int64 * TALLY_CATS), ("name", (ctypes.c_uint8 * TALLY_NAME) * TALLY_CATS)]
+
+    def counts(self) -> dict[str, int]:
+        """Events per category name (and :data:`TALLY_OTHER` for the rest)."""
+        out = {bytes(self.name[i][:self.len[i]]).decode("utf-8", "replace"): int(self.count[i]) for i in range(self.n)}
+        if self.other:
+            out[TALLY_OTHER] = int(self.other)
+        return out
+
+
 class _Result(ctypes.Structure):
     _fields_ = [("events", ctypes.c_int64), ("kept", ctypes.c_int64), ("out_len", ctypes.c_int64),
-                ("error_offset", ctypes.c_int64), ("split", ctypes.c_int64)]
+                ("error_offset", ctypes.c_int64), ("split", ctypes.c_int64), ("dropped", _Tally)]
 
 
 class Rules(NamedTuple):
@@ -99,6 +117,9 @@ class Filtered(NamedTuple):
         split: a second thread filtered the second part of the events.
         columns: the ``sink`` a :class:`Stream` filled with each kept event's columns
             (its ``code`` says whether it holds them all), else None.
+        dropped: complete and counter events dropped because the rules name no table for
+            their category (text): events per category name (the first 16 names;
+            :data:`TALLY_OTHER` for the rest).
     """
 
     text: memoryview | None
@@ -110,6 +131,7 @@ class Filtered(NamedTuple):
     offset: int
     split: bool = False
     columns: Any = None
+    dropped: dict[str, int] = {}
 
 
 _lib: ctypes.CDLL | None = None
@@ -309,7 +331,7 @@ class Stream:
         flat = self._counts[:-(-res.events // self._chunk_events) * self._width]
         rows = [tuple(flat[i:i + self._width]) for i in range(0, len(flat), self._width)]
         return Filtered(memoryview(buf)[:res.out_len], res.events, res.kept, list(map(sum, rows)), rows, None, -1,
-                        bool(res.split), self._sink)
+                        bool(res.split), self._sink, res.dropped.counts())
 
 
 def _check(rules: Rules, chunk_events: int) -> None:
@@ -395,7 +417,8 @@ def run(data: bytes, rules: Rules, *, chunk_events: int = 16384, threads: int | 
         return Filtered(None, res.events, res.kept, [], [], ERRORS.get(code, str(code)), res.error_offset)
     flat = counts[:-(-res.events // chunk_events) * width]
     rows = [tuple(flat[i:i + width]) for i in range(0, len(flat), width)]
-    return Filtered(text, res.events, res.kept, list(map(sum, rows)), rows, None, -1, bool(res.split))
+    return Filtered(text, res.events, res.kept, list(map(sum, rows)), rows, None, -1, bool(res.split),
+                    dropped=res.dropped.counts())
 
 
 __all__ = ["ENABLED", "ERRORS", "STREAM", "Filtered", "Rules", "Sink", "Stream", "anonymous_map", "available",
