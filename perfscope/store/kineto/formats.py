@@ -318,13 +318,13 @@ class CategoryAccount:
 
 
 def filtered_counts(cats: Sequence[str], chunk_counts: Sequence[Sequence[int]],
-                    dropped: Mapping[str, int]) -> Counter[str] | None:
+                    dropped: Mapping[str, int] | None) -> Counter[str] | None:
     """Events per category as the native pre-filter saw them: those it kept, per category of
     ``cats`` (``Filtered.chunk_counts`` summed), and those it dropped for a category no table
     reads (``Filtered.dropped``); None unless that tally holds a category :func:`account`
     calls dropped (unknown to perfscope), so that a trace whose start decided everything
     (:func:`prepare`) is still warned about a category it first spells further on."""
-    if not account(dropped).dropped:
+    if not dropped or not account(dropped).dropped:
         return None
     counts: Counter[str] = Counter({cat: n for cat, n in zip(cats, map(sum, zip(*chunk_counts))) if n})
     counts.update(dropped)

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import ctypes
 import re
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pyarrow as pa
@@ -104,7 +104,7 @@ def operators_table(start: np.ndarray, dur: np.ndarray, pid: pa.Array, tid: pa.A
     has_site = site >= 0
     return {
         "start_ns": start, "dur_ns": dur, "pid": pid, "tid": tid, "name": names,
-        "kind": str_array([OPERATOR, FRAME]).take(from_numpy(is_frame.astype(np.int64))),
+        "kind": cast(pa.Array, str_array([OPERATOR, FRAME])).take(from_numpy(is_frame.astype(np.int64))),
         "external_id": external_id,
         "depth": from_numpy(depth),
         "parent": from_numpy(parent, pa.int64(), parent >= 0),

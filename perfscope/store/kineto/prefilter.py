@@ -119,7 +119,7 @@ class Filtered(NamedTuple):
             (its ``code`` says whether it holds them all), else None.
         dropped: complete and counter events dropped because the rules name no table for
             their category (text): events per category name (the first 16 names;
-            :data:`TALLY_OTHER` for the rest).
+            :data:`TALLY_OTHER` for the rest); None on error.
     """
 
     text: memoryview | None
@@ -131,7 +131,7 @@ class Filtered(NamedTuple):
     offset: int
     split: bool = False
     columns: Any = None
-    dropped: dict[str, int] = {}
+    dropped: dict[str, int] | None = None
 
 
 _lib: ctypes.CDLL | None = None
