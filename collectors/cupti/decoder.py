@@ -6,21 +6,19 @@ rank's sink wrote (:mod:`.segments`), in another process: the ``record`` launche
 child :func:`follow` runs for ``perfscope.profile``, or ``perfscope recover`` after a job
 was killed.  Neither needs CUDA or cupti-python.
 
-A decoded segment is renamed ``*.decoded`` once the parts holding its rows are published
-(and listed in the decoder's manifest), so a later decoder skips it; a decoder killed
-between the two would decode it again (the window is one writer flush).  Each rank folder
-has a lock file, so two decoders never work on one rank at once.
+Once the parts holding a segment's rows are published (and listed in the decoder's
+manifest) the segment is removed, or, when it holds names (a strings block) that later
+segments refer to, renamed ``*.decoded`` (a later decoder reads only its names); a decoder
+killed between the two would decode it again (the window is one writer flush).  When the
+recording is over (:meth:`RankDecoder.finish`) the folder is removed.  Each rank folder has
+a lock file, so two decoders never work on one rank at once.
 
-``python -m perfscope.collectors.cupti.decoder RUN --rank R --follow S`` decodes rank R's
-segments every S seconds until told to stop (a line or the end of its standard input) or
-its parent process is gone (the recording process died: forked DataLoader workers may
-keep the pipe open), decodes the rest and prints its statistics as one JSON line.
+:func:`follow` is what the child decoder of ``perfscope.profile`` runs
+(``python -m perfscope.collectors.cupti.decodeproc``).
 """
 from __future__ import annotations
 
-import argparse
 import fcntl
-import json
 import os
 import select
 import sys
@@ -126,6 +124,20 @@ class RankDecoder:
         self._lock_fd = fd
         return True
 
+    def finish(self) -> None:
+        """The recording is over and everything is decoded: remove the decoded segments,
+        the lock and the folder (damaged segments stay, for inspection)."""
+        for seg in segments.list_segments(self.folder)[0]:
+            if seg.decoded:
+                seg.path.unlink(missing_ok=True)
+        self.close()
+        (self.folder / LOCK_NAME).unlink(missing_ok=True)
+        for d in (self.folder, self.folder.parent):
+            try:
+                d.rmdir()
+            except OSError:
+                break  # not empty: another rank's folder, a damaged segment
+
     def close(self) -> None:
         """Publish what is buffered (the writer's last parts) and release the lock."""
         if self._own_writer and self._writer is not None:
@@ -144,7 +156,7 @@ class RankDecoder:
         """
         t0 = time.perf_counter_ns()
         found, tmps = segments.list_segments(self.folder)
-        done: list[Path] = []
+        done: list[tuple[Path, bool]] = []  # (segment, holds names)
         for seg in found:
             stream, next_seq = self._procs.setdefault(seg.pid, (RecordStream(), [0]))
             if seg.seq < next_seq[0]:
@@ -158,7 +170,7 @@ class RankDecoder:
             self._strings(stream, seg.path, blocks)
             if not seg.decoded:
                 self._decode(stream, header, blocks)
-                done.append(seg.path)
+                done.append((seg.path, any(b.kind == segments.KIND_STRINGS for b in blocks)))
         if final:
             for tmp in tmps:
                 self._give_up(tmp, f"unfinished CUPTI segment {tmp.name} left out: its process was killed while "
@@ -166,8 +178,11 @@ class RankDecoder:
         flush = getattr(self._writer, "flush", None)
         if done and flush is not None:
             flush()
-        for p in done:
-            os.replace(p, p.with_name(p.name + segments.DECODED))
+        for p, names in done:
+            if names:
+                os.replace(p, p.with_name(p.name + segments.DECODED))
+            else:
+                os.unlink(p)
         self.segments += len(done)
         self.decode_ns += time.perf_counter_ns() - t0
         return len(done)
@@ -245,6 +260,8 @@ def decode_run(run_path: Path, *, final: bool = True) -> dict[int, dict[str, Any
                                   "wait for it to finish, then try again")
         try:
             dec.decode_pending(final=final)
+            if final:
+                dec.finish()
         finally:
             dec.close()
         if dec.segments or dec.damaged:
@@ -265,6 +282,7 @@ def follow(run_path: Path, rank: int, interval_s: float, stdin: Any = None) -> d
         while not _told_to_stop(stdin, interval_s, parent):
             dec.decode_pending()
         dec.decode_pending(final=True)
+        dec.finish()
     finally:
         dec.close()
     return dec.stats()
@@ -278,22 +296,6 @@ def _told_to_stop(stdin: Any, timeout_s: float, parent: int) -> bool:
         os.read(stdin.fileno(), 4096)
         return True
     return os.getppid() != parent
-
-
-def main(argv: list[str] | None = None) -> int:
-    """The child decoder's entry point (see the module docstring)."""
-    ap = argparse.ArgumentParser(prog="python -m perfscope.collectors.cupti.decoder")
-    ap.add_argument("run")
-    ap.add_argument("--rank", type=int, required=True)
-    ap.add_argument("--follow", type=float, default=2.0, metavar="S")
-    args = ap.parse_args(argv)
-    stats = follow(Path(args.run), args.rank, args.follow)
-    sys.stdout.write(json.dumps(stats) + "\n")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
 
 
 __all__ = ["RecordStream", "RankDecoder", "decode_run", "follow", "LOST_STRING"]

@@ -6,7 +6,7 @@ into tables while the job runs and once more when it has ended:
 * in the ``perfscope record`` launcher (``ctx.rank`` None), on a thread of the launcher,
   for every rank folder that appears;
 * under ``perfscope.profile`` (``ctx.rank`` set), in a child process it starts
-  (``python -m perfscope.collectors.cupti.decoder``) once the rank's segment folder exists
+  (``python -m perfscope.collectors.cupti.decodeproc``) once the rank's segment folder exists
   (so a process that records no GPU activity starts none), which decodes until the
   recording process closes its standard input at stop, or dies: what reached disk is then
   decoded all the same.
@@ -64,7 +64,7 @@ class CuptiDecoding:
         if not segments.rank_folder(ctx.run_path, rank).is_dir():
             return
         self._child = subprocess.Popen(
-            [sys.executable, "-m", "perfscope.collectors.cupti.decoder", str(Path(ctx.run_path).resolve()),
+            [sys.executable, "-m", "perfscope.collectors.cupti.decodeproc", str(Path(ctx.run_path).resolve()),
              "--rank", str(rank), "--follow", repr(ctx.options.flush_interval_s)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_child_env(ctx),
             close_fds=True,
@@ -86,7 +86,7 @@ class CuptiDecoding:
         self._decode_all(final=True)
         out = CollectorStats()
         for rank, dec in sorted(self._decoders.items()):
-            dec.close()
+            dec.finish()
             out.by_rank[rank] = _stats(ctx, dec.stats())
         return out
 
@@ -143,8 +143,9 @@ def _stats(ctx: CollectorContext, stats: dict[str, Any]) -> CollectorStats:
 
 def _child_env(ctx: CollectorContext) -> dict[str, str]:
     """The child decoder's environment: the recording process's, without perfscope's
-    recording variables (it records nothing), with this process's import path."""
-    env = {k: v for k, v in ctx.env.items() if not k.startswith("PERFSCOPE_")}
+    recording variables and NVTX's injection (it records nothing), with this process's
+    import path."""
+    env = {k: v for k, v in ctx.env.items() if not k.startswith("PERFSCOPE_") and k != "NVTX_INJECTION64_PATH"}
     path = [p for p in sys.path if p]
     env["PYTHONPATH"] = os.pathsep.join(path + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     return env

@@ -183,7 +183,7 @@ def test_the_child_decoder_follows_until_told_to_stop(writing) -> None:
     run = folder.parents[1]
     _feed(sink, [b"child"], 5_000)
     sink.segments_cycle()
-    proc = subprocess.Popen([sys.executable, "-m", "perfscope.collectors.cupti.decoder", str(run), "--rank", "0",
+    proc = subprocess.Popen([sys.executable, "-m", "perfscope.collectors.cupti.decodeproc", str(run), "--rank", "0",
                              "--follow", "0.05"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     out, _ = proc.communicate("stop\n", timeout=120)
     assert proc.returncode == 0
