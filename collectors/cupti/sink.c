@@ -518,8 +518,8 @@ static int write_all(int fd, const void *p, size_t n) {
     return 0;
 }
 
-/* Write pieces [0, n) as one segment file.  Returns 0, or -1 (errno kept in g_seg_errno). */
-static int seg_write(const piece_t *p, int n) {
+/* Write pieces [0, n) as one segment file.  Returns the bytes written, or 0 (errno in *err). */
+static uint64_t seg_write(const piece_t *p, int n, int *err) {
     static const uint8_t zeros[8] = {0};
     char fin[4200], tmp[4200];
     uint64_t seq = g_seg_seq++;
@@ -540,7 +540,7 @@ static int seg_write(const piece_t *p, int n) {
     h.created_ns = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
     for (int i = 0; i < n; i++) h.payload_bytes += sizeof(block_header_t) + ((p[i].bytes + 7) & ~(size_t)7);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) { g_seg_errno = errno; return -1; }
+    if (fd < 0) { *err = errno; return 0; }
     int rc = write_all(fd, &h, sizeof h);
     for (int i = 0; i < n && rc == 0; i++) {
         block_header_t b = {p[i].kind, p[i].rec, p[i].count, p[i].first_id, p[i].bytes};
@@ -550,19 +550,21 @@ static int seg_write(const piece_t *p, int n) {
         if (rc == 0 && pad) rc = write_all(fd, zeros, pad);
     }
     if (rc == 0) rc = fsync(fd);
-    if (rc != 0) g_seg_errno = errno;
+    if (rc != 0) *err = errno;
     close(fd);
-    if (rc == 0 && rename(tmp, fin) != 0) { g_seg_errno = errno; rc = -1; }
-    if (rc != 0) { unlink(tmp); return -1; }
-    g_segments++;
-    g_seg_bytes += sizeof h + h.payload_bytes;
-    return 0;
+    if (rc == 0 && rename(tmp, fin) != 0) { *err = errno; rc = -1; }
+    if (rc != 0) { unlink(tmp); return 0; }
+    return sizeof h + h.payload_bytes;
 }
 
+typedef struct {
+    uint64_t files, bytes, errors, lost;
+    int err;
+} seg_tally_t; /* what one write cycle did, added to the counters under g_mu */
+
 /* Cut the taken buckets (and the strings) into pieces of at most g_seg_max bytes, whole
- * records each, and write them as segments of at most g_seg_max bytes.  Returns the number
- * of records lost to failed writes. */
-static uint64_t seg_write_pieces(const bucket_t *taken, const int *kinds, int nt, const piece_t *strs) {
+ * records each, and write them as segments of at most g_seg_max bytes, counting in *t. */
+static void seg_write_pieces(const bucket_t *taken, const int *kinds, int nt, const piece_t *strs, seg_tally_t *t) {
     size_t maxp = 1;
     for (int i = 0; i < nt; i++) {
         size_t rs = taken[i].rec_size, per = g_seg_max / rs ? g_seg_max / rs : 1;
@@ -570,9 +572,10 @@ static uint64_t seg_write_pieces(const bucket_t *taken, const int *kinds, int nt
     }
     piece_t *p = calloc(maxp, sizeof *p);
     if (!p) {
-        uint64_t lost = 0;
-        for (int i = 0; i < nt; i++) lost += taken[i].len / taken[i].rec_size;
-        return lost;
+        for (int i = 0; i < nt; i++) t->lost += taken[i].len / taken[i].rec_size;
+        t->errors++;
+        t->err = ENOMEM;
+        return;
     }
     int np = 0;
     if (strs) p[np++] = *strs;
@@ -585,19 +588,21 @@ static uint64_t seg_write_pieces(const bucket_t *taken, const int *kinds, int nt
             off += nrec * rs;
         }
     }
-    uint64_t lost = 0;
     for (int a = 0; a < np;) {
         int b = a + 1;
         size_t sz = p[a].bytes;
         while (b < np && sz + p[b].bytes <= g_seg_max) sz += p[b++].bytes;
-        if (seg_write(p + a, b - a) != 0) {
-            g_seg_errors++;
-            for (int i = a; i < b; i++) lost += p[i].kind ? p[i].count : 0;
+        uint64_t written = seg_write(p + a, b - a, &t->err);
+        if (written) {
+            t->files++;
+            t->bytes += written;
+        } else {
+            t->errors++;
+            for (int i = a; i < b; i++) t->lost += p[i].kind ? p[i].count : 0;
         }
         a = b;
     }
     free(p);
-    return lost;
 }
 
 /* One write cycle: everything the sink holds now goes to segment files. */
@@ -638,7 +643,8 @@ static void seg_cycle(void) {
     }
     pthread_mutex_unlock(&g_mu);
 
-    uint64_t lost = (nt || strs) ? seg_write_pieces(taken, kinds, nt, strs ? &sp : NULL) : 0;
+    seg_tally_t tally = {0};
+    if (nt || strs) seg_write_pieces(taken, kinds, nt, strs ? &sp : NULL, &tally);
 
     pthread_mutex_lock(&g_mu);
     for (int i = 0; i < nt; i++) {
@@ -651,7 +657,11 @@ static void seg_cycle(void) {
             free(taken[i].data);
         }
     }
-    g_seg_lost += lost;
+    g_segments += tally.files;
+    g_seg_bytes += tally.bytes;
+    g_seg_errors += tally.errors;
+    g_seg_lost += tally.lost;
+    if (tally.err) g_seg_errno = tally.err;
     uint64_t dt = now_ns() - t0;
     g_seg_ns += dt;
     if (dt > g_seg_ns_max) g_seg_ns_max = dt;
@@ -1116,7 +1126,9 @@ PS_EXPORT uint64_t ps_seg_close(void) {
     seg_cycle();
     pthread_mutex_lock(&g_write_mu);
     __atomic_store_n(&g_seg_on, 0, __ATOMIC_RELAXED);
-    uint64_t n = g_segments;
     pthread_mutex_unlock(&g_write_mu);
+    pthread_mutex_lock(&g_mu);
+    uint64_t n = g_segments;
+    pthread_mutex_unlock(&g_mu);
     return n;
 }
