@@ -112,7 +112,7 @@ def _merge_rank_stats(root: Path, rank: int, name: str, stats: dict[str, Any]) -
     from perfscope.store.meta import rank_meta_path, read_json, write_rank_meta
 
     p = rank_meta_path(root, rank)
-    info = read_json(p) if p.is_file() else {"rank": rank, "status": "incomplete"}
+    info: dict[str, Any] = read_json(p) if p.is_file() else {"rank": rank, "status": "incomplete"}
     details = dict(info.get("collector_stats") or {})
     details[name] = {**stats, "recovered": True}
     info["collector_stats"] = details

@@ -6,7 +6,7 @@
 source tests/gpu/device_env.sh
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 log gpu-tests
-timeout 300 python3 -m pytest -q -p no:cacheprovider -m gpu tests/gpu 2>&1 | tail -40 | tee "$OUT/gpu_tests.txt"
+timeout 250 python3 -m pytest -q -p no:cacheprovider -m gpu tests/gpu 2>&1 | tail -40 | tee "$OUT/gpu_tests.txt"
 log ab
-timeout 150 python3 benchmarks/record_decode_ab.py --rounds 3 --seconds 3 --out "$OUT" 2>&1 | tail -8
+timeout 100 python3 benchmarks/record_decode_ab.py --rounds 3 --seconds 2.5 --out "$OUT" 2>&1 | tail -8
 log done
