@@ -45,7 +45,7 @@ def aggregate_events(
         escaped), ``count`` (events in the box; 1 for a whole event), ``busy`` (0..1: summed
         event time over the box's span, at least one pixel; 1.0 for a whole event),
         ``kind`` (colour class of the box's longest event, ``""`` without ``kinds``) and
-        ``row`` (position of the box's first event in the input; -1 for merged boxes),
+        ``row`` (position of the box's event in the input; -1 for a box of several),
         sorted by ``start_ns``.
     """
     start = np.asarray(start_ns, dtype="int64")
@@ -61,7 +61,8 @@ def aggregate_events(
                          "busy": 1.0, "kind": kind[big], "row": idx})
     small = ~big
     if small.any():
-        merged = _merge_per_pixel(start[small], dur[small], labels[small], kind[small], int(t0_ns), px_ns)
+        merged = _merge_per_pixel(start[small], dur[small], labels[small], kind[small], np.flatnonzero(small),
+                                  int(t0_ns), px_ns)
         kept = pd.concat([kept, merged], ignore_index=True) if len(kept) else merged
     return kept.sort_values("start_ns", kind="stable").reset_index(drop=True).astype(
         {"start_ns": "int64", "dur_ns": "int64", "count": "int64", "row": "int64"})
@@ -79,13 +80,13 @@ def _wide_enough(dur: np.ndarray, px_ns: float, max_boxes: int) -> np.ndarray:
     return big
 
 
-def _merge_per_pixel(s: np.ndarray, d: np.ndarray, n: np.ndarray, k: np.ndarray, t0: int,
+def _merge_per_pixel(s: np.ndarray, d: np.ndarray, n: np.ndarray, k: np.ndarray, rows: np.ndarray, t0: int,
                      px_ns: float) -> pd.DataFrame:
-    """One box per occupied pixel column (by start) of the sub-pixel events: see
-    :func:`aggregate_events` for the columns."""
+    """One box per occupied pixel column (by start) of the sub-pixel events (``rows``:
+    their positions in the lane): see :func:`aggregate_events` for the columns."""
     bins = np.floor((s - t0) / px_ns).astype("int64")
     order = np.argsort(bins, kind="stable")
-    bins, s, e, d, n, k = bins[order], s[order], (s + d)[order], d[order], n[order], k[order]
+    bins, s, e, d, n, k, rows = bins[order], s[order], (s + d)[order], d[order], n[order], k[order], rows[order]
     _, first_idx, counts = np.unique(bins, return_index=True, return_counts=True)
     box_start = np.minimum.reduceat(s, first_idx)
     box_end = np.maximum.reduceat(e, first_idx)
@@ -95,7 +96,8 @@ def _merge_per_pixel(s: np.ndarray, d: np.ndarray, n: np.ndarray, k: np.ndarray,
     first = n[first_idx]
     label = np.array([str(f) if c == 1 else f"{c:,} events (e.g. {f})" for f, c in zip(first, counts)], dtype=object)
     return pd.DataFrame({"start_ns": box_start, "dur_ns": box_end - box_start, "label": label, "count": counts,
-                         "busy": np.minimum(busy, 1.0), "kind": k[longest], "row": -1})
+                         "busy": np.minimum(busy, 1.0), "kind": k[longest],
+                         "row": np.where(counts == 1, rows[first_idx], -1)})
 
 
 def _argmax_per_run(values: np.ndarray, first_idx: np.ndarray) -> np.ndarray:

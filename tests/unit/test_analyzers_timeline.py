@@ -111,11 +111,12 @@ def test_h200_kernels_link_to_the_api_call_that_launched_them() -> None:
     assert set(linked["link_name"]) <= {"cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx"}
     assert linked["link_lane"].str.startswith("API ").all()
     assert (linked["link_start_ns"] <= linked["start_ns"]).all()  # a launch precedes its kernel
-    # and the API call knows its kernel
-    api = ev[ev["lane"].str.startswith("API ") & ev["name"].str.startswith("cudaLaunch")]
-    back = api[api["link_name"] != ""]
-    assert len(back) and back["link_lane"].str.startswith("stream ").all()
-    assert (back["link_start_ns"] >= back["start_ns"]).all()
+    # and in a window holding both, the API call knows its kernel
+    first = linked.iloc[0]
+    wide = timeline_events(run, 1, int(first["link_start_ns"]), int(first["start_ns"]) + 1, launch_index(run, 1))
+    call = wide[(wide["start_ns"] == first["link_start_ns"]) & wide["lane"].str.startswith("API ")]
+    assert call["link_name"].tolist() == [first["name"]] and call["link_lane"].tolist() == [first["lane"]]
+    assert call["link_start_ns"].tolist() == [first["start_ns"]]
     idx = launch_index(run, 1)
     assert idx["corr"].is_monotonic_increasing and idx["corr"].is_unique and len(idx) > 100
 
