@@ -28,7 +28,7 @@ from perfscope.analyzers.counters import counter_samples, counter_summary
 from perfscope.analyzers.timeline import launch_index, rank_lanes, timeline_events
 from perfscope.dashboards import figures, layout
 from perfscope.dashboards.data import DashboardData, RunData, strict_int
-from perfscope.dashboards.timeline_figure import TimelineView, rows_for, timeline_figure
+from perfscope.dashboards.timeline_figure import LINK_ON_HOVER, TimelineView, rows_for, timeline_figure
 from perfscope.errors import UsageError
 
 TIMELINE_WIDTH_PX = 1150  # the plot area of a 1400 px page, less the lane labels
@@ -206,8 +206,8 @@ def timeline_update(data: DashboardData, run: Any, rank: Any, step: Any, relayou
     new_step = step if step in values else (values[0] if values else None)
     sel = {"run": rd.index, "rank": focus, "step": new_step}
     fig = timeline_figure_of(data, rd.index, focus, new_step, None, ranks, search)
-    win = None if new_step is None else _window_data(step_span(rd, shown_ranks(rd, focus, ranks), focus, new_step)[:2])
-    return fig, (options if trigger == "tl-rank" else None), (new_step if new_step != step else None), sel, win
+    whole = None if new_step is None else _window_data(step_span(rd, shown_ranks(rd, focus, ranks), focus, new_step)[:2])
+    return fig, (options if trigger == "tl-rank" else None), (new_step if new_step != step else None), sel, whole
 
 
 def _window_data(window: tuple[int, int]) -> dict[str, int]:
@@ -260,6 +260,7 @@ def timeline_tab(data: DashboardData, rd: RunData, selection: dict[str, Any]) ->
                style={"color": "#666", "fontSize": "13px", "margin": "4px 0"}),
         dcc.Graph(id="tl-graph", figure=timeline_figure_of(data, rd.index, rank, step), config=GRAPH_CONFIG),
         dcc.Store(id="tl-window", data=_window_data(span[:2]) if span else None),
+        dcc.Store(id="tl-link", data=None),  # the launch link drawn on hover (set in the browser)
         dcc.Download(id="tl-download"),
     ])
 
@@ -302,6 +303,9 @@ def register(app: dash.Dash, data: DashboardData, checked: Any) -> None:
         if out is None:
             return (dash.no_update,) * 5
         return tuple(dash.no_update if v is None else v for v in out)
+
+    app.clientside_callback(LINK_ON_HOVER, Output("tl-link", "data"), Input("tl-graph", "hoverData"),
+                            prevent_initial_call=True)
 
     @app.callback(Output("tl-download", "data"), Input("tl-perfetto", "n_clicks"), State("run", "value"),
                   State("tl-rank", "value"), State("tl-step", "value"), State("tl-ranks", "value"),

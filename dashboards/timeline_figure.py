@@ -43,6 +43,23 @@ _NS_PER_MS = 1e6
 _LANE_PX = 24
 _WHOLE, _STRIP = 0.8, 0.3  # bar thickness, in rows, of a whole event and of a density strip
 _HOVER = "%{customdata[0]}<br>%{customdata[1]}<extra>%{customdata[2]}</extra>"
+# A clientside callback (on the graph's hoverData): a dotted line from the hovered event
+# to the other end of its launch link (customdata[3], [4]: x and row; [5]: its own start),
+# drawn in the browser, so that hovering costs no figure from the server.
+LINK_ON_HOVER = """function(hover) {
+    const gd = document.querySelector('#tl-graph .js-plotly-plot');
+    if (!gd || !gd.layout) { return window.dash_clientside.no_update; }
+    const shapes = (gd.layout.shapes || []).filter(s => s.name !== 'launch-link');
+    const p = hover && hover.points && hover.points[0];
+    const cd = p && p.customdata;
+    const linked = cd && cd.length > 5 && cd[3] !== null && cd[3] !== undefined;
+    if (linked) {
+        shapes.push({type: 'line', name: 'launch-link', xref: 'x', yref: 'y', x0: cd[5], y0: p.y, x1: cd[3],
+                     y1: cd[4], line: {color: '#000000', width: 1.5, dash: 'dot'}});
+    }
+    if (linked || shapes.length !== (gd.layout.shapes || []).length) { Plotly.relayout(gd, {shapes: shapes}); }
+    return linked ? [cd[3], cd[4]] : null;
+}"""
 
 
 def counter_lane(metric: str) -> str:
@@ -113,7 +130,7 @@ def timeline_figure(view: TimelineView) -> go.Figure:
             lane_ev = ev.iloc[idx]
             if hit[idx].any():
                 matches.append(lane_ev[hit[idx]].assign(row=row, rank=rank))
-            trace, boxes = _lane_trace(lane_ev, row, rank, view, px_ns, faded=bool(view.search.strip()))
+            trace, boxes = _lane_trace(lane_ev, row, rank, view, px_ns, row_of, faded=bool(view.search.strip()))
             shown += boxes
             traces.append(trace)
     for rank, df in view.samples.items():
@@ -130,8 +147,12 @@ def timeline_figure(view: TimelineView) -> go.Figure:
 
 
 def _lane_trace(ev: pd.DataFrame, row: int, rank: int, view: TimelineView, px_ns: float,
-                faded: bool) -> tuple[dict[str, Any], int]:
-    """The bar trace of one lane's events; returns it and how many boxes it draws."""
+                row_of: Mapping[tuple[int, str], int], faded: bool) -> tuple[dict[str, Any], int]:
+    """The bar trace of one lane's events; returns it and how many boxes it draws.
+
+    ``customdata`` per box: name, hover details, lane, and for an event with a launch link
+    the x (ms) and row of the other end, with the box's own start, for the line that
+    ``LINK_ON_HOVER`` draws (None without a link)."""
     boxes = aggregate_events(ev["start_ns"].to_numpy(), ev["dur_ns"].to_numpy(), ev["name"].to_numpy(),
                              view.t0_ns, view.t1_ns, width_px=view.width_px, max_boxes=view.max_boxes,
                              kinds=ev["kind"].to_numpy())
@@ -144,6 +165,7 @@ def _lane_trace(ev: pd.DataFrame, row: int, rank: int, view: TimelineView, px_ns
     text = [escape_html(label_for_width(str(lb), w / px_ns)) if ok else ""
             for lb, w, ok in zip(labels, width_ns, whole)]
     details = _details(boxes, ev, view.origin_ns)
+    link_x, link_y = _link_ends(boxes, ev, rank, row_of, view.origin_ns)
     lane = row_label(rank, str(ev["lane"].iloc[0]))
     trace = dict(
         type="bar", orientation="h", y=np.full(len(boxes), row), base=(start - view.origin_ns) / _NS_PER_MS,
@@ -152,10 +174,26 @@ def _lane_trace(ev: pd.DataFrame, row: int, rank: int, view: TimelineView, px_ns
                     line=dict(width=0.5 if len(boxes) < 300 else 0, color="white")),
         text=text, textposition="inside", insidetextanchor="start", textfont=dict(size=10, color="white"),
         customdata=np.stack([np.array([escape_html(short(lb)) for lb in labels], dtype=object), details,
-                             np.full(len(boxes), escape_html(lane), dtype=object)], axis=1),
+                             np.full(len(boxes), escape_html(lane), dtype=object), link_x, link_y,
+                             ((start - view.origin_ns) / _NS_PER_MS).astype(object)], axis=1),
         hovertemplate=_HOVER,
     )
     return trace, len(boxes)
+
+
+def _link_ends(boxes: pd.DataFrame, ev: pd.DataFrame, rank: int, row_of: Mapping[tuple[int, str], int],
+               origin_ns: int) -> tuple[np.ndarray, np.ndarray]:
+    """x (ms since the origin) and row of the other end of each box's launch link
+    (object arrays, None where a box has no link or its other end has no row)."""
+    link_x, link_y = np.full(len(boxes), None, object), np.full(len(boxes), None, object)
+    rows = boxes["row"].to_numpy("int64")
+    link_lane, link_start = ev["link_lane"].to_numpy(object), ev["link_start_ns"].to_numpy("int64")
+    for i in np.flatnonzero(rows >= 0):
+        r = rows[i]
+        y = row_of.get((rank, str(link_lane[r]))) if link_lane[r] else None
+        if y is not None:
+            link_x[i], link_y[i] = (int(link_start[r]) - origin_ns) / _NS_PER_MS, y
+    return link_x, link_y
 
 
 def _details(boxes: pd.DataFrame, ev: pd.DataFrame, origin_ns: int) -> np.ndarray:
@@ -253,4 +291,4 @@ def rows_for(ranks: Sequence[int], lanes: Mapping[int, list[str]], counters: Map
     return [(r, x) for r in ranks for x in [*lanes.get(r, []), *(counter_lane(m) for m in counters.get(r, []))]]
 
 
-__all__ = ["KIND_COLORS", "MAX_MATCHES", "TimelineView", "counter_lane", "row_label", "rows_for", "timeline_figure"]
+__all__ = ["KIND_COLORS", "LINK_ON_HOVER", "MAX_MATCHES", "TimelineView", "counter_lane", "row_label", "rows_for", "timeline_figure"]

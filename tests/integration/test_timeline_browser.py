@@ -21,11 +21,13 @@ from typing import Any
 import pytest
 
 from dashboard_fixtures import EVIL_KERNEL, NCCL_KERNEL, NCCL_STREAM, analysis_for, make_run
-from test_dashboard_browser import TIMEOUT_MS, _shot, _tab, _zoom, browser  # noqa: F401 (browser: a fixture)
+import test_dashboard_browser
+from test_dashboard_browser import TIMEOUT_MS, _shot, _tab, _zoom
 
 pytestmark = [pytest.mark.browser, pytest.mark.filterwarnings("ignore:(?s).*dash_table.DataTable:DeprecationWarning")]
 
 H200 = Path(__file__).resolve().parents[1] / "data" / "h200" / "straggler.perfscope"
+browser = test_dashboard_browser.browser  # the headless Chromium fixture, shared
 LANES = ["NVTX default", "host: dataloader_wait", "host: optimizer_step", "stream 7", f"stream {NCCL_STREAM}",
          "copies", "NCCL", "sync"]
 
@@ -151,3 +153,21 @@ def test_counter_tracks_of_a_run_with_nvml_samples(page: Any) -> None:
     assert {t["name"] for t in lines} >= {f"rank {r} · GPU util (%)" for r in range(4)}
     assert all(t["x"] for t in lines)
     _shot(page, "timeline-counters")
+    # hover (with the mouse: plotly reports only real hovers) the widest kernel whose launch is
+    # known: its API call is named, and a dotted line joins the two
+    bar, point = page.evaluate("""() => { const gd = document.querySelector('#tl-graph .js-plotly-plot');
+        let best = null; let bars = -1;
+        for (const t of gd._fullData) {
+            if (t.type !== 'bar') continue;
+            bars += 1;
+            if (!t.name.includes('stream') || !t.customdata) continue;
+            for (let p = 0; p < t.customdata.length; p++) {
+                if (t.customdata[p][3] !== null && (best === null || t.x[p] > best[2])) best = [bars, p, t.x[p]];
+            }
+        }
+        return best.slice(0, 2); }""")
+    page.locator("#tl-graph .barlayer .trace").nth(bar).locator("path").nth(point).hover(force=True)
+    page.wait_for_function("() => (document.querySelector('#tl-graph .js-plotly-plot').layout.shapes || [])"
+                           ".some(s => s.name === 'launch-link')")
+    assert "launched by cudaLaunch" in (page.locator("#tl-graph .hoverlayer").text_content() or "")
+    _shot(page, "timeline-launch-link")
