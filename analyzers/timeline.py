@@ -81,7 +81,7 @@ def timeline_events(run: WindowSource, rank: int, t0_ns: int, t1_ns: int,
                              for c in EVENT_COLUMNS})
     events = pd.concat(frames, ignore_index=True)
     if launches is None:
-        api = events[events["lane"].str.startswith("API ")]
+        api = events[_is_api(events["lane"])]
         launches = api[api["corr"] >= 0].drop_duplicates("corr").sort_values("corr")
     _link_launches(events, launches)
     events = events[list(EVENT_COLUMNS)]
@@ -158,7 +158,7 @@ def _link_launches(events: pd.DataFrame, calls: pd.DataFrame) -> None:
     link_lane, link_name = np.full(n, "", object), np.full(n, "", object)
     link_start = np.full(n, -1, "int64")
     corr = events["corr"].to_numpy("int64")
-    is_api = events["lane"].str.startswith("API ").to_numpy(bool)
+    is_api = _is_api(events["lane"])
     gpu = ~is_api & (corr >= 0)
     if len(calls) and gpu.any():
         keys = calls["corr"].to_numpy("int64")
@@ -177,6 +177,13 @@ def _link_launches(events: pd.DataFrame, calls: pd.DataFrame) -> None:
         link_start[hit] = dst["start_ns"].to_numpy("int64")
     events["link_lane"], events["link_name"] = _objects(link_lane), _objects(link_name)
     events["link_start_ns"] = link_start
+
+
+def _is_api(lane: pd.Series) -> np.ndarray:
+    """True where the lane is an API thread's, decided once per distinct lane (a window
+    holds millions of rows and a few dozen lanes)."""
+    codes, uniq = pd.factorize(lane)
+    return np.fromiter((str(u).startswith("API ") for u in uniq), bool, len(uniq))[codes]
 
 
 def host_kind_class(kind: str) -> str:

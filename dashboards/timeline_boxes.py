@@ -85,9 +85,12 @@ def _merge_per_pixel(s: np.ndarray, d: np.ndarray, n: np.ndarray, k: np.ndarray,
     """One box per occupied pixel column (by start) of the sub-pixel events (``rows``:
     their positions in the lane): see :func:`aggregate_events` for the columns."""
     bins = np.floor((s - t0) / px_ns).astype("int64")
-    order = np.argsort(bins, kind="stable")
-    bins, s, e, d, n, k, rows = bins[order], s[order], (s + d)[order], d[order], n[order], k[order], rows[order]
-    _, first_idx, counts = np.unique(bins, return_index=True, return_counts=True)
+    e = s + d
+    if (np.diff(bins) < 0).any():  # a lane comes sorted by start: sort only when it is not
+        order = np.argsort(bins, kind="stable")
+        bins, s, e, d, n, k, rows = bins[order], s[order], e[order], d[order], n[order], k[order], rows[order]
+    first_idx = np.flatnonzero(np.diff(bins, prepend=bins[0] - 1))  # where each pixel's run starts
+    counts = np.diff(np.append(first_idx, len(bins)))
     box_start = np.minimum.reduceat(s, first_idx)
     box_end = np.maximum.reduceat(e, first_idx)
     busy = np.add.reduceat(d, first_idx) / np.maximum(box_end - box_start, px_ns)
