@@ -1,8 +1,9 @@
 """Plotly figures of the dashboard: pure functions, analyzer tables in, ``go.Figure`` out.
 
 Nothing here reads a run, talks to Dash or keeps state, so each function is tested by
-calling it on a small DataFrame.  Figures stay light: one ``go.Bar`` trace per bucket or
-per timeline lane, ``go.Heatmap`` for rank x step grids, never one trace per event.
+calling it on a small DataFrame.  Figures stay light: one ``go.Bar`` trace per bucket,
+``go.Heatmap`` for rank x step grids, never one trace per event.  The Timeline's figure is
+in :mod:`perfscope.dashboards.timeline_figure`.
 
 Every name that comes from a trace (kernel, marker, host span, collective) is untrusted.
 Plotly renders a small HTML subset in tick labels and hover text, so such names go through
