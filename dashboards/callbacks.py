@@ -16,17 +16,14 @@ from collections.abc import Callable
 from typing import Any
 
 import dash
-import plotly.graph_objects as go
 from dash import ALL, Input, Output, State, ctx, html
 from werkzeug.exceptions import BadRequest
 
-from perfscope.analyzers.timeline import timeline_events
-from perfscope.dashboards import figures, layout, tables
+from perfscope.dashboards import layout, tables, timeline_callbacks
 from perfscope.dashboards.data import DashboardData, RunData, strict_int
+# The Timeline tab lives in timeline_callbacks; its figure is also reached from here.
+from perfscope.dashboards.timeline_callbacks import timeline_figure_of as timeline_figure
 from perfscope.errors import UsageError
-
-TIMELINE_WIDTH_PX = 1400
-TIMELINE_MAX_BOXES = 2000
 
 
 def _selection(rd: RunData, selection: dict[str, Any] | None) -> dict[str, Any]:
@@ -50,8 +47,7 @@ def render_tab(data: DashboardData, tab: str, run: Any, selection: dict[str, Any
     if tab == "ranks":
         return layout.ranks(rd)
     if tab == "timeline":
-        sel = _selection(rd, selection)
-        return layout.timeline(rd, sel, timeline_figure(data, rd.index, sel.get("rank"), sel.get("step")))
+        return timeline_callbacks.timeline_tab(data, rd, _selection(rd, selection))
     if tab == "collectives":
         return layout.collectives(rd)
     if tab == "kernels":
@@ -110,77 +106,6 @@ def _rank_of(label: Any) -> int:
     if isinstance(label, str) and label.startswith("rank "):
         label = label[len("rank "):]
     return strict_int(label, "rank")
-
-
-def timeline_figure(data: DashboardData, run: Any, rank: Any, step: Any,
-                    window: tuple[int, int] | None = None) -> go.Figure:
-    """The Timeline figure of ``step`` on ``rank``, optionally zoomed to ``window`` (ns)."""
-    rd = data.get(run)
-    if rank is None or step is None:
-        return figures.empty_figure("this run has no steps to show")
-    rank, step = rd.rank(rank), strict_int(step, "step")
-    try:
-        t0, t1 = rd.step_window(rank, step)
-    except UsageError as e:
-        return figures.empty_figure(str(e))
-    w0, w1 = window if window else (t0, t1)
-    events = timeline_events(rd.run, rank, w0, w1)
-    return figures.timeline_figure(events, w0, w1, title=f"rank {rank}, step {step}",
-                                   width_px=TIMELINE_WIDTH_PX, max_boxes=TIMELINE_MAX_BOXES, origin_ns=t0)
-
-
-def zoom_window(rd: RunData, rank: int, step: int, relayout: dict[str, Any] | None) -> tuple[int, int] | None:
-    """The ns window a plotly ``relayoutData`` zoom asks for (x in ms since step start).
-
-    Returns:
-        (t0, t1) clipped to the step, the whole step on an autorange (double click), or
-        None when the relayout is not an x zoom.
-    """
-    if not isinstance(relayout, dict) or not relayout:
-        return None
-    t0, t1 = rd.step_window(rank, step)
-    if relayout.get("xaxis.autorange"):
-        return t0, t1
-    if "xaxis.range[0]" in relayout and "xaxis.range[1]" in relayout:
-        x0, x1 = relayout["xaxis.range[0]"], relayout["xaxis.range[1]"]
-    elif isinstance(relayout.get("xaxis.range"), list) and len(relayout["xaxis.range"]) == 2:
-        x0, x1 = relayout["xaxis.range"]
-    else:
-        return None
-    try:
-        a, b = sorted((t0 + int(float(x0) * 1e6), t0 + int(float(x1) * 1e6)))
-    except (TypeError, ValueError, OverflowError):
-        return None
-    a, b = max(a, t0), min(b, t1)
-    return (a, b) if b > a else (t0, t1)
-
-
-def timeline_update(data: DashboardData, run: Any, rank: Any, step: Any, relayout: dict[str, Any] | None,
-                    trigger: str | None) -> tuple[Any, Any, Any, Any] | None:
-    """Rank, step or zoom changed on the Timeline tab.
-
-    Returns:
-        (figure, step options, step value, selection); None entries mean no change; None as
-        a whole when nothing should change (a relayout that is not an x zoom).
-    """
-    rd = data.get(run)
-    if rank is None:
-        return None
-    rank = rd.rank(rank)
-    step = None if step is None else strict_int(step, "step")
-    if trigger == "tl-graph":
-        if step is None:
-            return None
-        window = zoom_window(rd, rank, step, relayout)
-        if window is None:
-            return None
-        return timeline_figure(data, rd.index, rank, step, window), None, None, None
-    options = layout.step_options(rd, rank)
-    values = [o["value"] for o in options]
-    new_step = step if step in values else (values[0] if values else None)
-    sel = {"run": rd.index, "rank": rank, "step": new_step}
-    fig = timeline_figure(data, rd.index, rank, new_step)
-    return fig, (options if trigger == "tl-rank" else None), (new_step if new_step != step else None), sel
 
 
 def kernel_table(data: DashboardData, run: Any, rank: Any) -> tuple[list[dict[str, Any]], str, list[dict[str, Any]]]:
@@ -244,18 +169,7 @@ def register(app: dash.Dash, data: DashboardData) -> None:
         out = _checked(pick, data, run, trig.get("name"), click, selection)
         return (dash.no_update, dash.no_update) if out is None else out
 
-    @app.callback(Output("tl-graph", "figure"), Output("tl-step", "options"), Output("tl-step", "value"),
-                  Output("selection", "data", allow_duplicate=True),
-                  Input("tl-rank", "value"), Input("tl-step", "value"), Input("tl-graph", "relayoutData"),
-                  State("run", "value"), prevent_initial_call=True)
-    def _timeline(rank: Any, step: Any, relayout: Any, run: Any) -> Any:
-        trig = ctx.triggered_id if isinstance(ctx.triggered_id, str) else None
-        if trig is None:  # inserted with the tab, whose figure render_tab already built
-            return (dash.no_update,) * 4
-        out = _checked(timeline_update, data, run, rank, step, relayout, trig)
-        if out is None:
-            return (dash.no_update,) * 4
-        return tuple(_nu(v) for v in out)
+    timeline_callbacks.register(app, data, _checked)
 
     @app.callback(Output("k-table", "data"), Output("k-note", "children"), Output("k-table", "tooltip_data"),
                   Input("k-rank", "value"), State("run", "value"), prevent_initial_call=True)
@@ -279,5 +193,5 @@ def register(app: dash.Dash, data: DashboardData) -> None:
         return _checked(compare_update, data, a, b)
 
 
-__all__ = ["render_tab", "pick", "timeline_figure", "timeline_update", "zoom_window", "kernel_table",
+__all__ = ["render_tab", "pick", "timeline_figure", "kernel_table",
            "collective_table", "compare_update", "register"]

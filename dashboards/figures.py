@@ -1,16 +1,15 @@
 """Plotly figures of the dashboard: pure functions, analyzer tables in, ``go.Figure`` out.
 
 Nothing here reads a run, talks to Dash or keeps state, so each function is tested by
-calling it on a small DataFrame.  Figures stay light: one ``go.Bar`` trace per bucket or
-per timeline lane, ``go.Heatmap`` for rank x step grids, never one trace per event.
+calling it on a small DataFrame.  Figures stay light: one ``go.Bar`` trace per bucket,
+``go.Heatmap`` for rank x step grids, never one trace per event.  The Timeline's figure is
+in :mod:`perfscope.dashboards.timeline_figure`.
 
 Every name that comes from a trace (kernel, marker, host span, collective) is untrusted.
 Plotly renders a small HTML subset in tick labels and hover text, so such names go through
 :func:`safe_text` (HTML-escaped; plotly shows entities as the literal characters).
 """
 from __future__ import annotations
-
-from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
@@ -20,15 +19,6 @@ from perfscope.analyzers.result import BUCKETS
 # One colour and label per bucket, the same as the HTML reports' (perfscope.reports.style).
 from perfscope.reports.style import BUCKET_COLORS, BUCKET_LABELS, escape_html
 
-# Timeline lanes take the colour of the bucket their events feed.
-LANE_COLORS: dict[str, str] = {
-    "host": BUCKET_COLORS["host"],
-    "marker": "#56B4E9",
-    "stream": BUCKET_COLORS["compute"],
-    "cop": BUCKET_COLORS["pcie"],
-    "collective": BUCKET_COLORS["network"],
-    "sync": BUCKET_COLORS["sync"],
-}
 _NS_PER_MS = 1e6
 _TEMPLATE = "plotly_white"
 _MARGIN = dict(l=60, r=20, t=50, b=40)
@@ -182,147 +172,6 @@ def straggler_bar(stragglers: pd.DataFrame, top: int = 30) -> go.Figure:
     )
 
 
-# -- timeline ------------------------------------------------------------------------------
-
-def aggregate_events(
-    start_ns: np.ndarray,
-    dur_ns: np.ndarray,
-    names: Sequence[object] | np.ndarray,
-    t0_ns: int,
-    t1_ns: int,
-    width_px: int = 1200,
-    max_boxes: int = 2000,
-) -> pd.DataFrame:
-    """Reduce one lane's events to at most ``max_boxes + width_px`` boxes for drawing.
-
-    Events at least one pixel wide (``(t1 - t0) / width_px`` ns) are kept as they are (the
-    ``max_boxes`` longest if there are more); the rest are merged per pixel column into one
-    box labelled ``k events``, spanning the first start to the last end of the merged events.
-    So a step with a million kernels still sends the browser a few thousand rectangles.
-
-    Returns:
-        DataFrame with ``start_ns``, ``dur_ns`` (int64 ns), ``label`` (str, the event name or
-        ``k events (e.g. NAME)``; raw, not escaped), ``count`` (events in the box) and
-        ``busy`` (0..1: summed event time over the box's span, at least one pixel, so a box
-        of sparse tiny kernels is not drawn as solid work), sorted by ``start_ns``.
-    """
-    start = np.asarray(start_ns, dtype="int64")
-    dur = np.maximum(np.asarray(dur_ns, dtype="int64"), 0)
-    labels = np.asarray(names, dtype=object)
-    if start.size == 0:
-        return pd.DataFrame({"start_ns": np.zeros(0, "int64"), "dur_ns": np.zeros(0, "int64"),
-                             "label": np.zeros(0, object), "count": np.zeros(0, "int64"),
-                             "busy": np.zeros(0, "float64")})
-    px_ns = max((int(t1_ns) - int(t0_ns)) / max(width_px, 1), 1.0)
-    big = dur >= px_ns
-    if big.sum() > max_boxes:
-        # Keep the longest ones whole; the rest join the per-pixel boxes.
-        cut = np.partition(dur[big], -max_boxes)[-max_boxes]
-        big = dur >= max(cut, px_ns)
-        if big.sum() > max_boxes:
-            idx = np.flatnonzero(big)
-            big[idx[np.argsort(dur[idx], kind="stable")[:-max_boxes]]] = False
-    kept = pd.DataFrame({"start_ns": start[big], "dur_ns": dur[big], "label": labels[big], "count": 1, "busy": 1.0})
-    small = ~big
-    if small.any():
-        s, d, n = start[small], dur[small], labels[small]
-        bins = np.floor((s - int(t0_ns)) / px_ns).astype("int64")
-        order = np.argsort(bins, kind="stable")
-        bins, s, e, n = bins[order], s[order], (s + d)[order], n[order]
-        # One box per occupied pixel column: reduceat over the runs of equal bins.
-        _, first_idx, counts = np.unique(bins, return_index=True, return_counts=True)
-        box_start = np.minimum.reduceat(s, first_idx)
-        box_end = np.maximum.reduceat(e, first_idx)
-        busy = np.add.reduceat(d[order], first_idx) / np.maximum(box_end - box_start, px_ns)
-        first = n[first_idx]
-        label = np.array([str(f) if c == 1 else f"{c} events (e.g. {f})" for f, c in zip(first, counts)], dtype=object)
-        merged = pd.DataFrame({"start_ns": box_start, "dur_ns": box_end - box_start, "label": label, "count": counts,
-                               "busy": np.minimum(busy, 1.0)})
-        kept = pd.concat([kept, merged], ignore_index=True) if len(kept) else merged
-    return kept.sort_values("start_ns", kind="stable").reset_index(drop=True).astype(
-        {"start_ns": "int64", "dur_ns": "int64", "count": "int64"})
-
-
-def _lane_color(lane: str) -> str:
-    for prefix, color in LANE_COLORS.items():
-        if lane.startswith(prefix):
-            return color
-    return "#444444"
-
-
-def timeline_figure(
-    events: pd.DataFrame,
-    t0_ns: int,
-    t1_ns: int,
-    title: str = "",
-    width_px: int = 1200,
-    max_boxes: int = 2000,
-    origin_ns: int | None = None,
-) -> go.Figure:
-    """Timeline lanes of one step of one rank.
-
-    Args:
-        events: one row per event: ``lane`` (e.g. ``host: dataloader_wait``, ``markers``,
-            ``stream 7``, ``copies``, ``collectives``, ``sync``), ``start_ns``, ``dur_ns``,
-            ``name`` (untrusted text).  Lanes are drawn in order of first appearance.
-        t0_ns, t1_ns: the window shown (the step, or the part zoomed into).
-        width_px, max_boxes: passed to :func:`aggregate_events` per lane.
-        origin_ns: x = 0 (default ``t0_ns``); x is milliseconds since it.
-
-    Returns:
-        one horizontal ``go.Bar`` trace per lane (base = start, x = duration; at least one
-        pixel wide so short events stay visible: sub-pixel boxes fill their pixel column with
-        an opacity that grows with how busy it is), hover shows the name, the true start and
-        duration.
-    """
-    if events.empty:
-        return empty_figure("no events in this step on this rank")
-    origin = int(t0_ns if origin_ns is None else origin_ns)
-    fig = go.Figure()
-    lanes = list(dict.fromkeys(events["lane"].astype(str)))
-    px_ms = max((t1_ns - t0_ns) / max(width_px, 1), 1.0) / _NS_PER_MS
-    origin_ms = (t0_ns - origin) / _NS_PER_MS  # pixel columns start at the window's left edge
-    shown = 0
-    for lane in lanes:
-        ev = events[events["lane"].astype(str) == lane]
-        boxes = aggregate_events(ev["start_ns"].to_numpy(), ev["dur_ns"].to_numpy(), ev["name"].to_numpy(),
-                                 t0_ns, t1_ns, width_px=width_px, max_boxes=max_boxes)
-        shown += len(boxes)
-        base = (boxes["start_ns"].to_numpy() - origin) / _NS_PER_MS
-        dur = boxes["dur_ns"].to_numpy() / _NS_PER_MS
-        # Sub-pixel boxes are drawn as exactly their pixel column (snapped, so neighbours
-        # never overlap), shaded by how busy it is: density, not a solid block.
-        thin = dur < px_ms
-        snapped = origin_ms + np.floor((base - origin_ms) / px_ms) * px_ms
-        draw_base = np.where(thin, snapped, base)
-        draw_width = np.where(thin, px_ms, dur)
-        text = [safe_text(x) for x in boxes["label"]]
-        safe_lane = safe_text(lane)
-        busy = boxes["busy"].to_numpy()
-        busy_text = np.where(boxes["count"].to_numpy() > 1,
-                             np.char.add(np.char.add(" over the span, ", np.round(100 * busy).astype(int).astype(str)),
-                                         "% busy"), "").astype(object)
-        fig.add_trace(go.Bar(
-            orientation="h", y=[safe_lane] * len(boxes), base=draw_base, x=draw_width,
-            name=safe_lane, marker_color=_lane_color(lane), showlegend=False,
-            # Merged boxes fade with how little of their span is busy; separate events keep
-            # a thin white edge so that back-to-back ones stay distinguishable.
-            marker_opacity=np.round(0.25 + 0.75 * busy, 3),
-            marker_line_width=0.5 if len(boxes) < 300 else 0, marker_line_color="white",
-            customdata=np.stack([np.asarray(text, dtype=object), dur * 1e3, busy_text, base], axis=1),
-            hovertemplate=("%{customdata[0]}<br>%{customdata[1]:.1f} µs%{customdata[2]}, "
-                           "starts at %{customdata[3]:.3f} ms<extra>%{y}</extra>"),
-        ))
-    n = len(events)
-    subtitle = f"{n:,} event{'s' if n != 1 else ''}" + (f", drawn as {shown:,} boxes" if shown < n else "")
-    fig.update_yaxes(categoryorder="array", categoryarray=[safe_text(lane) for lane in lanes], autorange="reversed")
-    return _base_layout(
-        fig, f"{safe_text(title)} ({subtitle})" if title else subtitle, barmode="overlay", bargap=0.25,
-        height=max(300, 90 + 34 * len(lanes)), xaxis_title="ms since step start",
-        xaxis_range=[(t0_ns - origin) / _NS_PER_MS, (t1_ns - origin) / _NS_PER_MS], margin=dict(l=160, r=20, t=50, b=40),
-    )
-
-
 # -- compare -------------------------------------------------------------------------------
 
 def compare_buckets(steps_a: pd.DataFrame, steps_b: pd.DataFrame, label_a: str, label_b: str) -> go.Figure:
@@ -385,6 +234,6 @@ def _bucket_medians(steps: pd.DataFrame) -> np.ndarray:
 
 __all__ = [
     "BUCKET_COLORS", "BUCKET_LABELS", "safe_text", "empty_figure", "bucket_bars_by_step", "bucket_bars_by_rank",
-    "rank_step_heatmap", "straggler_bar", "aggregate_events", "timeline_figure", "compare_buckets",
+    "rank_step_heatmap", "straggler_bar", "compare_buckets",
     "compare_step_deltas",
 ]

@@ -204,25 +204,6 @@ def step_options(rd: RunData, rank: int | None) -> list[dict[str, Any]]:
     return [{"label": f"step {int(r.step)} ({fmt_ms(r.wall_ns)})", "value": int(r.step)} for r in s.itertuples()]
 
 
-def timeline(rd: RunData, selection: dict[str, Any], figure: Any) -> html.Div:
-    """Timeline tab: rank and step pickers and the lanes figure of that (rank, step)."""
-    rank_opts = [{"label": f"rank {r}", "value": int(r)} for r in sorted(rd.steps["rank"].unique())] \
-        if not rd.steps.empty else []
-    return html.Div([
-        html.Div([
-            html.Span("rank "), html.Div(dcc.Dropdown(id="tl-rank", options=rank_opts, value=selection.get("rank"),
-                                                     clearable=False), style={"width": "160px"}),
-            html.Span("step ", style={"marginLeft": "16px"}),
-            html.Div(dcc.Dropdown(id="tl-step", options=step_options(rd, selection.get("rank")),
-                                  value=selection.get("step"), clearable=False), style={"width": "260px"}),
-            html.Span("Zoom in to see more detail; events narrower than a pixel are merged into "
-                      "\"k events\" boxes on the server.", style={"marginLeft": "16px", "color": "#666",
-                                                                   "fontSize": "13px"}),
-        ], style={"display": "flex", "alignItems": "center"}),
-        dcc.Graph(id="tl-graph", figure=figure, config=GRAPH_CONFIG),
-    ])
-
-
 # -- tables --------------------------------------------------------------------------------
 
 def _rank_filter(id_: str, rd: RunData) -> dcc.Dropdown:
@@ -321,5 +302,5 @@ def compare_body(data: DashboardData, base: Any, new: Any) -> list[Any]:
     return body
 
 
-__all__ = ["TABS", "page", "overview", "ranks", "timeline", "kernels", "collectives", "compare", "compare_body",
+__all__ = ["TABS", "page", "overview", "ranks", "kernels", "collectives", "compare", "compare_body",
            "recommendation_cards", "table_note", "default_selection", "step_options", "median_step_ns", "fmt_ms"]

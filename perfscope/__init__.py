@@ -6,6 +6,7 @@ Public API (everything else is internal):
 * :func:`analyze` - analyse a run directory, an open run or a Kineto trace file.
 * :func:`profile` - record in-process: ``with perfscope.profile("runs/exp1") as prof: ...``.
 * :func:`annotate` - an NVTX range that lands in the ``markers`` table.
+* :func:`chrome_window_trace` - a time window of some ranks as Chrome trace JSON bytes.
 * :class:`PerfscopeError` - base of every error perfscope raises.
 """
 from __future__ import annotations
@@ -25,6 +26,7 @@ _LAZY = {
     "annotate": "perfscope.profiler",
     "Profiler": "perfscope.profiler",
     "Schedule": "perfscope.profiler",
+    "chrome_window_trace": "perfscope.store.window_export",
 }
 
 
@@ -39,4 +41,5 @@ def __getattr__(name: str) -> Any:
     return value
 
 
-__all__ = ["PerfscopeError", "Profiler", "Schedule", "__version__", "analyze", "annotate", "open_run", "profile"]
+__all__ = ["PerfscopeError", "Profiler", "Schedule", "__version__", "analyze", "annotate", "chrome_window_trace",
+           "open_run", "profile"]

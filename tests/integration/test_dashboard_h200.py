@@ -95,7 +95,13 @@ def test_every_tab_renders_real_content(data: DashboardData, name: str) -> None:
     assert sel["rank"] in ranks
     fig = callbacks.timeline_figure(data, i, sel["rank"], sel["step"])
     lanes = {t.name for t in fig.data}
-    assert any(lane.startswith("stream") for lane in lanes), lanes
+    assert any(" · stream " in lane for lane in lanes), lanes
+    # every rank has its lane group, with its GPU counter tracks when the run sampled them
+    ticks = list(fig.layout.yaxis.ticktext)
+    assert {int(t.split(" ")[1]) for t in ticks} == set(ranks)
+    if rd.row_counts.get("metrics", 0) > 100:
+        assert {f"rank {r} · GPU util (%)" for r in ranks} <= set(ticks)
+        assert any(t.type == "scatter" for t in fig.data)
     assert f"step {sel['step']}" in fig.layout.title.text
     assert _figures(timeline)
 
@@ -145,3 +151,21 @@ def test_compare_tab_on_profile_and_record(data: DashboardData) -> None:
     # the same workload recorded twice: both runs named, a median step time each, a verdict
     assert "median step time: base profile.perfscope" in body and "new record.perfscope" in body
     assert "verdict: " in body
+
+
+def test_h200_timeline_links_kernels_to_their_launch_and_shows_counters(data: DashboardData) -> None:
+    from perfscope.dashboards import timeline_callbacks
+
+    i = NAMES.index("straggler")
+    rd = data.get(i)
+    # A window where rank 1's GPU runs kernels (it runs far behind the host's steps here).
+    k = rd.run.table("kernels", [1], ["start_ns"])["start_ns"].sort_values()
+    step = int(rd.steps[rd.steps["rank"] == 1]["step"].iloc[0])
+    fig = timeline_callbacks.timeline_figure_of(data, i, 1, step, (int(k.iloc[60]), int(k.iloc[60]) + 2_000_000), [1])
+    hovers = [str(d[1]) for t in fig.data if t.type == "bar" for d in t.customdata]
+    assert any("launched by cudaLaunchKernel on API " in h for h in hovers), hovers[:5]
+    counters = [t for t in fig.data if t.type == "scatter"]
+    assert {t.name for t in counters} >= {"rank 1 · GPU util (%)", "rank 1 · power (W)", "rank 1 · SM clock (MHz)"}
+    assert all(len(t.x) >= 1 for t in counters)  # a sample on each side of the window at least
+    table = json.dumps(timeline_callbacks.overview_counters(rd).to_plotly_json(), cls=plotly.utils.PlotlyJSONEncoder)
+    assert "GPU util" in table and "power" in table and "(rank " in table

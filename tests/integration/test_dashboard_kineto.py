@@ -44,7 +44,7 @@ def imported(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 def test_every_tab_on_real_traces(imported: dict[str, Path]) -> None:
-    from perfscope.dashboards import callbacks, layout
+    from perfscope.dashboards import callbacks, layout, timeline_callbacks
     from perfscope.dashboards.data import DashboardData
 
     data = DashboardData([str(p) for p in imported.values()])
@@ -57,8 +57,10 @@ def test_every_tab_on_real_traces(imported: dict[str, Path]) -> None:
         sel = layout.default_selection(rd)
         fig = callbacks.timeline_figure(data, i, sel["rank"], sel["step"])
         lanes = {t.name for t in fig.data}
-        assert any(lane.startswith("stream") for lane in lanes), (name, lanes)
-        assert sum(len(t.x) for t in fig.data) <= 30 * (callbacks.TIMELINE_WIDTH_PX + callbacks.TIMELINE_MAX_BOXES)
+        assert any(" · stream " in lane for lane in lanes), (name, lanes)
+        shown = len(timeline_callbacks.shown_ranks(rd, sel["rank"], None))  # lane groups drawn
+        assert sum(len(t.x) for t in fig.data) <= 30 * shown * (
+            timeline_callbacks.TIMELINE_WIDTH_PX + timeline_callbacks.TIMELINE_MAX_BOXES)
         rows, note, _ = callbacks.kernel_table(data, i, "all")
         assert rows and note.startswith(f"{len(rd.analysis.kernels):,} kernel rows")
     # two ranks of one job: both in the heatmap, and the collectives table has NCCL operations

@@ -10,7 +10,7 @@ import pytest
 
 from dashboard_fixtures import EVIL_KERNEL, EVIL_MARKER, GEMM, NCCL_KERNEL, analysis_for, make_run
 from perfscope.analyzers.timeline import timeline_events
-from perfscope.dashboards import callbacks, layout
+from perfscope.dashboards import callbacks, layout, timeline_callbacks
 from perfscope.dashboards.data import DashboardData
 from perfscope.errors import NotARunError, UsageError
 
@@ -110,8 +110,8 @@ def test_timeline_reads_one_step_of_one_rank(data: DashboardData) -> None:
     t0, t1 = rd.step_window(1, 12)
     ev = timeline_events(rd.run, 1, t0, t1)
     lanes = list(dict.fromkeys(ev["lane"]))
-    assert lanes == ["host: dataloader_wait", "host: optimizer_step", "markers", "stream 7", "stream 20",
-                     "copies", "collectives", "sync"]
+    assert lanes == ["NVTX default", "host: dataloader_wait", "host: optimizer_step", "stream 7", "stream 20",
+                     "copies", "NCCL", "sync"]
     assert (ev["start_ns"] + ev["dur_ns"] > t0).all() and (ev["start_ns"] < t1).all()
     assert (ev["lane"] == "stream 7").sum() == 30  # this step's kernels only
     assert EVIL_MARKER in set(ev["name"]) and NCCL_KERNEL in set(ev["name"])
@@ -138,28 +138,29 @@ def test_clicks_pick_rank_and_step_and_open_the_timeline(data: DashboardData) ->
 
 
 def test_timeline_update_by_dropdown_and_zoom(data: DashboardData) -> None:
-    fig, options, value, sel = callbacks.timeline_update(data, 0, 1, 99, None, "tl-rank")
+    fig, options, value, sel, window = timeline_callbacks.timeline_update(data, 0, 1, 99, None, "tl-rank")
     assert [o["value"] for o in options] == [10, 11, 12, 13] and value == 10
     assert sel == {"run": 0, "rank": 1, "step": 10}
-    fig, options, value, sel = callbacks.timeline_update(data, 0, 0, 11, None, "tl-step")
+    fig, options, value, sel, window = timeline_callbacks.timeline_update(data, 0, 0, 11, None, "tl-step")
     assert options is None and value is None and "rank 0, step 11" in fig.layout.title.text
     zoom = {"xaxis.range[0]": 2.0, "xaxis.range[1]": 4.0}
-    fig, *rest = callbacks.timeline_update(data, 0, 0, 11, zoom, "tl-graph")
+    fig, *rest, _ = timeline_callbacks.timeline_update(data, 0, 0, 11, zoom, "tl-graph")
     assert list(fig.layout.xaxis.range) == pytest.approx([2.0, 4.0])
     assert rest == [None, None, None]
-    assert callbacks.timeline_update(data, 0, 0, 11, {"autosize": True}, "tl-graph") is None
+    assert timeline_callbacks.timeline_update(data, 0, 0, 11, {"autosize": True}, "tl-graph") is None
     rd = data.get(0)
-    t0, t1 = rd.step_window(0, 11)
-    assert callbacks.zoom_window(rd, 0, 11, {"xaxis.autorange": True}) == (t0, t1)
-    assert callbacks.zoom_window(rd, 0, 11, {"xaxis.range": [-5, 1e9]}) == (t0, t1)
+    span = timeline_callbacks.step_span(rd, [0, 1], 0, 11)
+    assert timeline_callbacks.zoom_window(span, {"xaxis.autorange": True}) == span[:2]
+    assert timeline_callbacks.zoom_window(span, {"xaxis.range": [-5, 1e9]}) == span[:2]
 
 
 def test_zoom_inside_a_long_collective_still_draws_it(data: DashboardData) -> None:
     # issue #18: the exposed all-reduce covers 14.4-17.0 ms of rank 0's steps; a zoom
     # inside it used to read no row and draw "no events".
     for x0, x1 in ((15.0, 15.2), (15.5, 15.5001)):
-        fig, *_ = callbacks.timeline_update(data, 0, 0, 11, {"xaxis.range[0]": x0, "xaxis.range[1]": x1}, "tl-graph")
-        assert [t.name for t in fig.data] == ["stream 20", "collectives"]
+        fig, *_ = timeline_callbacks.timeline_update(data, 0, 0, 11, {"xaxis.range[0]": x0, "xaxis.range[1]": x1},
+                                                     "tl-graph", [0])
+        assert [t.name for t in fig.data] == ["rank 0 · stream 20", "rank 0 · NCCL"]
         assert list(fig.layout.xaxis.range) == pytest.approx([x0, x1])
 
 

@@ -251,6 +251,11 @@ def test_a_real_run_index_is_served(runs: list[str], run: Any) -> None:
     assert r.status_code == 200 and b"6 steps" in r.data
 
 
+# The Timeline callback's other inputs (ranks shown, search) and its state (run, window).
+_TL_MORE = [("tl-ranks", "value", None), ("tl-search", "value", "")]
+_TL_STATE = [("run", "value", 0), ("tl-window", "data", None)]
+
+
 @pytest.mark.parametrize("rank", [True, 1.9, " 1 ", 5])
 def test_a_forged_rank_is_refused_by_the_tables_and_the_timeline(runs: list[str], rank: Any) -> None:
     client = _client(runs)
@@ -259,7 +264,7 @@ def test_a_forged_rank_is_refused_by_the_tables_and_the_timeline(runs: list[str]
                       f"{table}-rank.value")
         assert r.status_code == 400, (table, rank, r.data[:200])
     r = _callback(client, "tl-graph.figure", [("tl-rank", "value", rank), ("tl-step", "value", 1),
-                                              ("tl-graph", "relayoutData", None)], [("run", "value", 0)],
+                                              ("tl-graph", "relayoutData", None), *_TL_MORE], _TL_STATE,
                   "tl-rank.value")
     assert r.status_code == 400, (rank, r.data[:200])
 
@@ -268,9 +273,24 @@ def test_a_forged_step_is_refused_by_the_timeline(runs: list[str]) -> None:
     client = _client(runs)
     for step in (True, 1.5, " 2 "):
         r = _callback(client, "tl-graph.figure", [("tl-rank", "value", 0), ("tl-step", "value", step),
-                                                  ("tl-graph", "relayoutData", {"xaxis.autorange": True})],
-                      [("run", "value", 0)], "tl-graph.relayoutData")
+                                                  ("tl-graph", "relayoutData", {"xaxis.autorange": True}),
+                                                  *_TL_MORE], _TL_STATE, "tl-graph.relayoutData")
         assert r.status_code == 400, (step, r.data[:200])
+
+
+@pytest.mark.parametrize("ranks, window", [([True], None), ([9], None), (["0"], {"t0": "1e3", "t1": 5}),
+                                           (None, {"t0": 1.5, "t1": 2})])
+def test_forged_timeline_ranks_and_windows_are_refused(runs: list[str], ranks: Any, window: Any) -> None:
+    client = _client(runs)
+    r = _callback(client, "tl-graph.figure", [("tl-rank", "value", 0), ("tl-step", "value", 10),
+                                              ("tl-graph", "relayoutData", None), ("tl-ranks", "value", ranks),
+                                              ("tl-search", "value", "x")], [("run", "value", 0), ("tl-window", "data", window)],
+                  "tl-search.value")
+    assert r.status_code == 400, (ranks, window, r.data[:200])
+    r = _callback(client, "tl-download.data", [("tl-perfetto", "n_clicks", 1)],
+                  [("run", "value", 0), ("tl-rank", "value", 0), ("tl-step", "value", 10), ("tl-ranks", "value", ranks),
+                   ("tl-window", "data", window)], "tl-perfetto.n_clicks")
+    assert r.status_code == 400, (ranks, window, r.data[:200])
 
 
 def test_a_forged_selection_falls_back_to_the_default(runs: list[str]) -> None:
@@ -293,8 +313,12 @@ def test_forged_clicks_change_nothing(runs: list[str]) -> None:
                          ("stragglers", {"y": "rank  1"}), ("ranks", {"customdata": "1 "})):
         assert callbacks.pick(data, 0, graph, {"points": [point]}, None) is None, (graph, point)
     assert callbacks.pick(data, 0, "steps", {"points": "x"}, None) is None
-    sel = callbacks.layout.default_selection(data.get(0))
-    assert callbacks.zoom_window(data.get(0), sel["rank"], sel["step"], {"xaxis.range[0]": "inf", "xaxis.range[1]": 1}) is None
+    from perfscope.dashboards import timeline_callbacks
+
+    rd = data.get(0)
+    sel = callbacks.layout.default_selection(rd)
+    span = timeline_callbacks.step_span(rd, [sel["rank"]], sel["rank"], sel["step"])
+    assert timeline_callbacks.zoom_window(span, {"xaxis.range[0]": "inf", "xaxis.range[1]": 1}) is None
 
 
 def test_page_paths_are_not_files(runs: list[str], tmp_path: Path) -> None:
