@@ -24,6 +24,11 @@ from perfscope.analyzers.intervals import I64, as_i64, covered_ns, intersect, me
 
 Intervals = tuple[np.ndarray, np.ndarray]
 NO_ESTIMATE = "none"  # the saving_model of a finding that claims no saving
+# Every model a rule can name: the functions below, and two savings the trace measures
+# directly (launch.bound's launch gaps, comm.straggler's waits of the other ranks).
+MODELS: tuple[str, ...] = ("loader_wait_removed", "host_idle_removed", "comm_overlapped", "comm_compressed",
+                           "copies_overlapped", "pinned_copies", "bandwidth_restored", "fp32_on_tensor_cores",
+                           "sync_removed", "launch_gaps_removed", "straggler_wait_removed")
 
 # PCIe payload rate per lane and direction, GB/s, by generation (after 8b/10b or 128b/130b
 # encoding); a DMA copy from pinned memory reaches about 80 % of the link (measured with
@@ -202,6 +207,6 @@ def pinned_bandwidth(copies: Any, pcie_gen: int | None, pcie_width: int | None, 
     return None
 
 
-__all__ = ["NO_ESTIMATE", "PCIE_LANE_GBPS", "bandwidth_restored", "comm_compressed", "comm_overlapped", "copies_overlapped",
+__all__ = ["MODELS", "NO_ESTIMATE", "PCIE_LANE_GBPS", "bandwidth_restored", "comm_compressed", "comm_overlapped", "copies_overlapped",
            "fp32_on_tensor_cores", "host_idle_removed", "loader_wait_removed", "pageable_copy_columns", "pinned_bandwidth",
            "pinned_copies", "sync_removed"]

@@ -268,3 +268,7 @@ def test_docs_list_every_rule_and_finding() -> None:
     doc = (Path(__file__).resolve().parents[2] / "docs" / "analysis.md").read_text()
     for rid in [r.id for r in RULES] + ["trace.cpu_only", "trace.no_gpu_records", "trace.startup"]:
         assert f"| `{rid}` |" in doc, rid
+    from perfscope.analyzers.savings import MODELS, NO_ESTIMATE
+
+    for model in (*MODELS, NO_ESTIMATE):  # each rule's saving model is stated
+        assert f"`{model}`" in doc, model
