@@ -73,8 +73,9 @@ def comm_mix(collectives: pd.DataFrame | None, kernels: pd.DataFrame | None) -> 
     return {f: float(dur[fam == f].sum() / total) for f in sorted(set(fam.tolist()))}
 
 
-# NCCL kernel names carry the element type after the reduction: ..._Sum_f32_RING_LL.
-_FP32_KERNEL_RE = re.compile(r"_f32_|(?i:float32)")
+# NCCL kernel names carry the element type: ncclDevKernel_AllReduce_Sum_f32_RING_LL (2.19+),
+# ncclKernel_AllReduce_RING_LL_Sum_float(...) (older; not _float16 or a bfloat).
+_FP32_KERNEL_RE = re.compile(r"_f32_|_float(?![0-9])\b|(?i:float32)")
 
 
 def fp32_comm_share(kernels: pd.DataFrame | None) -> float:

@@ -122,3 +122,14 @@ def test_pageable_copy_columns_count_only_copies_inside_the_windows() -> None:
     got = pageable_copy_columns(ws, we, copies)  # the first copy (warm-up, before the steps) counts nowhere
     assert got["pageable_copy_ns"].tolist() == [3 * MS, 2 * MS]
     assert got["pageable_copy_bytes"].tolist() == [30, 30] and got["pageable_copies"].tolist() == [2, 1]
+
+
+def test_fp32_share_of_communication_from_nccl_kernel_names() -> None:
+    from perfscope.analyzers.comm_families import fp32_comm_share
+
+    k = pd.DataFrame({"name": ["ncclDevKernel_AllReduce_Sum_f32_RING_LL(x)", "ncclKernel_AllReduce_RING_LL_Sum_float(w)",
+                               "ncclKernel_AllReduce_RING_LL_Sum___nv_bfloat16(w)", "ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t(c)",
+                               "volta_sgemm_128x64_nn"],
+                      "kind": ["communication"] * 4 + ["compute"], "total_ns": [1, 2, 3, 4, 100]})
+    assert fp32_comm_share(k) == pytest.approx(0.3)
+    assert fp32_comm_share(None) == 0.0
