@@ -79,7 +79,7 @@ def environment_recommendations(ctx: RuleContext) -> list[Recommendation]:
             id=f"environment.{cid}", bucket="environment", title=msg.split(". ")[0][:120], message=msg,
             evidence={k: v for k, v in c.items() if k not in ("id", "message", "fix")}, change=str(c.get("fix", "")),
         ))
-    cpu = env.get("cpu") if isinstance(env.get("cpu"), dict) else {}
+    cpu: dict[str, Any] = env["cpu"] if isinstance(env.get("cpu"), dict) else {}
     gov = env.get("cpu_governor") or cpu.get("governor")
     if not gov:
         # The doctor's facts: {"cpu": {"governors": {"powersave": 64}}}.

@@ -402,9 +402,8 @@ def rank_summary(run: Any, r: int, inputs: RankInputs) -> RankSummary:
         copies = copy_summary(t["memcpy"], copy_kinds.recode(t["memcpy"]["copy_kind"]), with_codes=True)
     a_sync = blocking_calls(api, t["memcpy"]) if n_api else None
     sync_sites = blocking_sites(r, api, a_sync, t["markers"]) if a_sync is not None and a_sync.any() else None
-    big_pageable = _large_pageable(t["memcpy"])
+    big_pageable, copies_what_if = _large_pageable(t["memcpy"])
     layers = _layers(t, gpu, a_sync, _copy_calls(api, t["memcpy"], big_pageable))
-    copies_what_if = {c: np.asarray(t["memcpy"][c])[big_pageable] for c in ("start_ns", "dur_ns", "bytes")} if big_pageable.any() else None
     del t, gpu, k, api
     steps, wait_layers, what_if = None, {}, None
     if win is not None:
@@ -418,14 +417,20 @@ def rank_summary(run: Any, r: int, inputs: RankInputs) -> RankSummary:
                        copy_kinds=list(copy_kinds.names), step_warnings=step_warnings, sync_sites=sync_sites, what_if=what_if)
 
 
-def _large_pageable(memcpy: Columns) -> np.ndarray:
-    """A bool array over ``memcpy``'s rows: host-device copies of at least 64 KiB from or to
-    pageable memory (the ``copies.pageable`` rule's; pinning a 4-byte ``.item()`` read gains nothing)."""
+def _large_pageable(memcpy: Columns) -> tuple[np.ndarray, dict[str, np.ndarray] | None]:
+    """The host-device copies of at least 64 KiB from or to pageable memory (the
+    ``copies.pageable`` rule's; pinning a 4-byte ``.item()`` read gains nothing): a bool array
+    over ``memcpy``'s rows, and their ``start_ns``, ``dur_ns``, ``bytes`` (int64; None when
+    there are none)."""
+    none = np.zeros(n_rows(memcpy), dtype=bool)
     if n_rows(memcpy) == 0 or "pageable" not in memcpy:
-        return np.zeros(n_rows(memcpy), dtype=bool)
+        return none, None
     kind = name_values(memcpy["copy_kind"])
-    nbytes = pd.to_numeric(pd.Series(memcpy["bytes"], copy=False), errors="coerce").fillna(0).to_numpy()
-    return bools(memcpy["pageable"]) & np.isin(kind, ("H2D", "D2H")) & (nbytes >= LARGE_COPY_BYTES)
+    nbytes = pd.to_numeric(pd.Series(memcpy["bytes"], copy=False), errors="coerce").fillna(0).to_numpy(np.int64)
+    mask = bools(memcpy["pageable"]) & np.isin(kind, ("H2D", "D2H")) & (nbytes >= LARGE_COPY_BYTES)
+    if not mask.any():
+        return mask, None
+    return mask, {"start_ns": as_i64(memcpy["start_ns"])[mask], "dur_ns": as_i64(memcpy["dur_ns"])[mask], "bytes": nbytes[mask]}
 
 
 def _copy_calls(api: Columns, memcpy: Columns, mask: np.ndarray) -> np.ndarray:
