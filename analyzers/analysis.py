@@ -51,7 +51,7 @@ from perfscope.analyzers.rank_pass import (
     release_arrow_memory,
     with_collective_waits,
 )
-from perfscope.analyzers.result import Analysis
+from perfscope.analyzers.result import WHAT_IF_COLUMNS, Analysis
 from perfscope.analyzers.rules import RuleContext, evaluate_rules
 from perfscope.analyzers.sources import RunLike
 from perfscope.analyzers.steps import WINDOW_COLUMNS
@@ -124,15 +124,16 @@ def analyze_run(run: RunLike, config: AnalysisConfig | None = None, progress: Pr
 
     say("running rules")
     sync_sites = [s.sync_sites for s in summaries if s.sync_sites is not None]
+    what_if = _what_if(summaries)
     ctx = RuleContext(
         steps=steps, gpu_summary=summary, kernels=kern, launch=launch, collectives=coll,
         stragglers=stragglers, copies=copies, meta=meta, world_size=world_size or len(all_ranks),
-        thresholds=dict(cfg.rule_thresholds), sync_sites=_concat(sync_sites) if sync_sites else None,
+        thresholds=dict(cfg.rule_thresholds), sync_sites=_concat(sync_sites) if sync_sites else None, what_if=what_if,
     )
     recs = evaluate_rules(ctx)
     return Analysis(
         steps=steps, gpu_summary=summary, kernels=kern, collectives=coll, stragglers=stragglers,
-        recommendations=recs, warnings=warnings, meta=meta, launch=launch, copies=copies,
+        recommendations=recs, warnings=warnings, meta=meta, launch=launch, copies=copies, what_if=what_if,
         **_operator_view(summaries, cfg.top_operators),
     )
 
@@ -148,6 +149,15 @@ def _operator_view(summaries: list[RankSummary], top: int) -> dict[str, pd.DataF
     if "operators" in out:
         out["operators_overall"] = overall_operators(out["operators"]).head(top)
     return {name: top_per_rank(df, top) if name != "operators_overall" else df for name, df in out.items()}
+
+
+def _what_if(summaries: list[RankSummary]) -> pd.DataFrame:
+    """``Analysis.what_if``: the ranks' :attr:`~.rank_pass.RankSummary.what_if` rows, in the
+    order of ``Analysis.steps`` (ranks ascending, as :func:`_bucket_steps` concatenates them)."""
+    parts = [s.what_if for s in summaries if s.steps is not None and s.what_if is not None]
+    if parts:
+        return _concat(parts)
+    return pd.DataFrame({c: pd.Series(dtype="int64") for c in WHAT_IF_COLUMNS})
 
 
 def _in_process(run: Any, ranks: Sequence[int], inputs: Mapping[int, RankInputs], say: Progress) -> Iterable[RankSummary]:

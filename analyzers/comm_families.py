@@ -73,4 +73,21 @@ def comm_mix(collectives: pd.DataFrame | None, kernels: pd.DataFrame | None) -> 
     return {f: float(dur[fam == f].sum() / total) for f in sorted(set(fam.tolist()))}
 
 
-__all__ = ["COMM_ADVICE", "COMM_FAMILIES", "COMM_FAMILY_SHARE", "comm_mix"]
+# NCCL kernel names carry the element type: ncclDevKernel_AllReduce_Sum_f32_RING_LL (2.19+),
+# ncclKernel_AllReduce_RING_LL_Sum_float(...) (older; not _float16 or a bfloat).
+_FP32_KERNEL_RE = re.compile(r"_f32_|_float(?![0-9])\b|(?i:float32)")
+
+
+def fp32_comm_share(kernels: pd.DataFrame | None) -> float:
+    """Share of communication kernel time (kernel table: ``name``, ``kind``, ``total_ns``)
+    whose kernel name says it moves 32-bit floats; 0 when no name says (send/receive
+    kernels name no type)."""
+    if kernels is None or len(kernels) == 0:
+        return 0.0
+    comm = kernels["kind"].to_numpy(object) == "communication"
+    dur = kernels["total_ns"].to_numpy(float)[comm]
+    fp32 = np.array([bool(_FP32_KERNEL_RE.search(str(n))) for n in kernels["name"].to_numpy(object)[comm]], dtype=bool)
+    return float(dur[fp32].sum() / dur.sum()) if dur.sum() > 0 else 0.0
+
+
+__all__ = ["COMM_ADVICE", "COMM_FAMILIES", "COMM_FAMILY_SHARE", "comm_mix", "fp32_comm_share"]

@@ -30,6 +30,9 @@ class HardwareContext:
         cpu_count: logical CPUs of the host (the recorder's snapshot), or None.
         ranks_per_host: the most ranks that shared one host (1 without rank entries).
         torch_version, cuda_version, nccl_version, backend: as recorded, or None.
+        pcie_gen, pcie_width: the GPU's current PCIe link (the snapshot's
+            ``gpus.devices[i].pcie``), else the usual link of its architecture
+            (:data:`PCIE_GEN_BY_CAPABILITY`, x16; then ``pcie_assumed``), or None.
     """
 
     gpu_name: str | None = None
@@ -42,6 +45,9 @@ class HardwareContext:
     cuda_version: str | None = None
     nccl_version: str | None = None
     backend: str | None = None
+    pcie_gen: int | None = None
+    pcie_width: int | None = None
+    pcie_assumed: bool = False
 
     def cc_at_least(self, major: int, minor: int = 0) -> bool | None:
         """True/False when the compute capability is known, None when it is not."""
@@ -57,7 +63,8 @@ class HardwareContext:
         return {"gpu_name": self.gpu_name, "compute_capability": None if cc is None else f"{cc[0]}.{cc[1]}",
                 "gpu_memory_bytes": self.gpu_memory_bytes, "gpu_present": self.gpu_present, "cpu_count": self.cpu_count,
                 "ranks_per_host": self.ranks_per_host, "torch_version": self.torch_version,
-                "cuda_version": self.cuda_version, "nccl_version": self.nccl_version, "backend": self.backend}
+                "cuda_version": self.cuda_version, "nccl_version": self.nccl_version, "backend": self.backend,
+                "pcie_gen": self.pcie_gen, "pcie_width": self.pcie_width, "pcie_assumed": self.pcie_assumed}
 
 
 def _capability(v: Any) -> tuple[int, int] | None:
@@ -118,6 +125,9 @@ def hardware_context(meta: dict[str, Any]) -> HardwareContext:
         hosts[r.get("host")] = hosts.get(r.get("host"), 0) + 1
     cpu = facts.get("cpu") if isinstance(facts.get("cpu"), dict) else {}
     nccl_env = ((facts.get("env") or {}).get("nccl") or {}) if isinstance(facts.get("env"), dict) else {}
+    # The snapshot's entry of the rank's GPU (same UUID), else its first GPU: it has the PCIe link.
+    device = next((d for d in devices if gpu.get("uuid") and d.get("uuid") == gpu.get("uuid")), devices[0] if devices else {})
+    pcie = device.get("pcie") if isinstance(device.get("pcie"), dict) else {}
     return HardwareContext(
         gpu_name=_first(gpu.get("name")),
         compute_capability=_capability(_first(gpu.get("capability"), gpu.get("compute_capability"))),
@@ -129,7 +139,20 @@ def hardware_context(meta: dict[str, Any]) -> HardwareContext:
         cuda_version=_first(versions.get("cuda")),
         nccl_version=_first(versions.get("nccl"), dist.get("nccl_version"), nccl_env.get("NCCL_VERSION")),
         backend=_first(dist.get("backend")),
+        pcie_gen=_int(pcie.get("gen")) or _pcie_gen_of(cc := _capability(_first(gpu.get("capability"), gpu.get("compute_capability")))),
+        pcie_width=_int(pcie.get("width")) or (16 if _pcie_gen_of(cc) else None),
+        pcie_assumed=_int(pcie.get("gen")) is None and _pcie_gen_of(cc) is not None,
     )
+
+
+# The PCIe generation of the data-centre GPUs of each architecture (V100: Gen3, A100/L40: Gen4,
+# H100/H200: Gen5, B200: Gen5/6 taken as 5), all x16: the link a run that does not record it
+# most likely had.  Jetson (8.7) and unknown capabilities: None.
+PCIE_GEN_BY_CAPABILITY: dict[tuple[int, int], int] = {(7, 0): 3, (7, 5): 3, (8, 0): 4, (8, 6): 4, (8, 9): 4, (9, 0): 5, (10, 0): 5}
+
+
+def _pcie_gen_of(cc: tuple[int, int] | None) -> int | None:
+    return PCIE_GEN_BY_CAPABILITY.get(cc) if cc is not None else None
 
 
 __all__ = ["HardwareContext", "hardware_context"]

@@ -138,6 +138,23 @@ def covered_ns(ws: np.ndarray, we: np.ndarray, starts: np.ndarray, ends: np.ndar
     return np.maximum(before(np.maximum(we, ws)) - before(ws), 0)
 
 
+def intersect(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """The intersection of two sets of disjoint sorted intervals (as :func:`merge`
+    returns), disjoint and sorted."""
+    (a_s, a_e), (b_s, b_e) = a, b
+    if a_s.size == 0 or b_s.size == 0:
+        return np.zeros(0, I64), np.zeros(0, I64)
+    # For each interval of a, the intervals of b that overlap it: from the first ending after
+    # its start to the last starting before its end.
+    lo = np.searchsorted(b_e, a_s, side="right")
+    n = np.maximum(np.searchsorted(b_s, a_e, side="left") - lo, 0)
+    ia = np.repeat(np.arange(a_s.size), n)
+    ib = np.repeat(lo, n) + (np.arange(ia.size) - np.repeat(np.cumsum(n) - n, n))
+    s, e = np.maximum(a_s[ia], b_s[ib]), np.minimum(a_e[ia], b_e[ib])
+    keep = e > s
+    return s[keep], e[keep]
+
+
 def clip(starts: np.ndarray, ends: np.ndarray, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
     """Clip intervals to ``[lo, hi)`` and drop those left empty."""
     s = np.maximum(as_i64(starts), lo)
@@ -146,7 +163,7 @@ def clip(starts: np.ndarray, ends: np.ndarray, lo: int, hi: int) -> tuple[np.nda
     return s[keep], e[keep]
 
 
-__all__ = ["as_i64", "filled_i64", "stable_argsort", "merge", "union_length", "coverage", "covered_ns", "clip", "split_by_rank", "as_key", "lookup", "KeyIndex", "launch_of"]
+__all__ = ["as_i64", "filled_i64", "stable_argsort", "merge", "union_length", "coverage", "covered_ns", "intersect", "clip", "split_by_rank", "as_key", "lookup", "KeyIndex", "launch_of"]
 
 
 def split_by_rank(df: pd.DataFrame) -> dict[int, pd.DataFrame]:

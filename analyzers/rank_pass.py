@@ -42,6 +42,7 @@ except ImportError:  # another pyarrow layout: they are imported on first use in
 from perfscope.analyzers.api_calls import blocking_calls, blocking_sites, startup_calls
 from perfscope.analyzers.breakdown import (
     EMPTY,
+    LAYERS,
     Intervals,
     bucket_columns,
     post_sync_idle_columns,
@@ -67,10 +68,12 @@ from perfscope.analyzers.intervals import (
     as_key,
     covered_ns,
     filled_i64,
+    intersect,
     merge,
 )
 from perfscope.analyzers.kernels import launch_row, top_kernels
 from perfscope.analyzers.operators import READ_COLUMNS, launch_operators, parents, rank_call_sites, rank_operators
+from perfscope.analyzers.savings import pageable_copy_columns, sync_removed
 from perfscope.analyzers.steps import rank_windows
 
 from perfscope.store.reader import Coded
@@ -335,6 +338,8 @@ class RankSummary:
         operator_sites: its call sites (:func:`~.operators.rank_call_sites`), or None.
         launch_operators: the operators behind its launch time
             (:func:`~.operators.launch_operators`), or None.
+        what_if: per row of ``steps`` (same order), what the saving models of
+            :mod:`.savings` need beyond the buckets (:func:`what_if_rows`); None without steps.
     """
 
     rank: int
@@ -352,6 +357,7 @@ class RankSummary:
     operators: pd.DataFrame | None = None
     operator_sites: pd.DataFrame | None = None
     launch_operators: pd.DataFrame | None = None
+    what_if: pd.DataFrame | None = None
 
     def nbytes(self) -> int:
         """Size of the summary pickled (what crosses from a worker to the client), bytes."""
@@ -411,17 +417,19 @@ def rank_summary(run: Any, r: int, inputs: RankInputs) -> RankSummary:
         ops = {**ops, "parent": parents(ops)}  # (once for every function that reads it)
     sync_sites = (blocking_sites(r, api, a_sync, t["markers"], ops) if a_sync is not None and a_sync.any() else None)
     op_view = _operator_view(r, ops, api, a_sync, win) if n_rows(ops) else {}
-    layers = _layers(t, gpu, a_sync)
+    big_pageable, copies_what_if = _large_pageable(t["memcpy"])
+    layers = _layers(t, gpu, a_sync, _copy_calls(api, t["memcpy"], big_pageable))
     del t, gpu, k, api
-    steps, wait_layers = None, {}
+    steps, wait_layers, what_if = None, {}, None
     if win is not None:
         steps = _steps_rows(win, layers)
+        what_if = what_if_rows(steps, layers, copies_what_if)
         spans = merge(*_cat([layers["comm"], inputs.coll_spans]))
         if spans[0].size:
-            wait_layers = {name: intersect(merge(*iv), spans) for name, iv in layers.items() if name != "startup"}
+            wait_layers = {name: intersect(merge(*iv), spans) for name, iv in layers.items() if name in LAYERS}
     return RankSummary(rank=int(r), steps=steps, wait_layers=wait_layers, gpu_summary=row, kernels=kern,
                        kernel_names=list(names.names), launch=launch_stats, comm_kernels=comm_kernels, copies=copies,
-                       copy_kinds=list(copy_kinds.names), step_warnings=step_warnings, sync_sites=sync_sites,
+                       copy_kinds=list(copy_kinds.names), step_warnings=step_warnings, sync_sites=sync_sites, what_if=what_if,
                        **op_view)
 
 
@@ -436,11 +444,51 @@ def _operator_view(r: int, ops: Columns, api: Columns, a_sync: np.ndarray | None
     return view
 
 
-def _layers(t: dict[str, Columns], gpu: dict[str, np.ndarray], a_sync: np.ndarray | None) -> dict[str, Intervals]:
+def _large_pageable(memcpy: Columns) -> tuple[np.ndarray, dict[str, np.ndarray] | None]:
+    """The host-device copies of at least 64 KiB from or to pageable memory (the
+    ``copies.pageable`` rule's; pinning a 4-byte ``.item()`` read gains nothing): a bool array
+    over ``memcpy``'s rows, and their ``start_ns``, ``dur_ns``, ``bytes`` (int64; None when
+    there are none)."""
+    none = np.zeros(n_rows(memcpy), dtype=bool)
+    if n_rows(memcpy) == 0 or "pageable" not in memcpy:
+        return none, None
+    kind = name_values(memcpy["copy_kind"])
+    nbytes = pd.to_numeric(pd.Series(memcpy["bytes"], copy=False), errors="coerce").fillna(0).to_numpy(np.int64)
+    mask = bools(memcpy["pageable"]) & np.isin(kind, ("H2D", "D2H")) & (nbytes >= LARGE_COPY_BYTES)
+    if not mask.any():
+        return mask, None
+    return mask, {"start_ns": as_i64(memcpy["start_ns"])[mask], "dur_ns": as_i64(memcpy["dur_ns"])[mask], "bytes": nbytes[mask]}
+
+
+def _copy_calls(api: Columns, memcpy: Columns, mask: np.ndarray) -> np.ndarray:
+    """A bool array over ``api``'s rows: the calls that launched the copies ``mask`` selects."""
+    if n_rows(api) == 0 or not mask.any():
+        return np.zeros(n_rows(api), dtype=bool)
+    found, _ = KeyIndex(as_key(memcpy["correlation"])[mask]).find(as_key(api["correlation"]))
+    return found
+
+
+def what_if_rows(steps: pd.DataFrame, layers: dict[str, Intervals], pageable: dict[str, np.ndarray] | None) -> pd.DataFrame:
+    """Per row of one rank's ``steps``: ``rank``, ``step``, ``sync_removed_ns`` (the
+    :func:`~.savings.sync_removed` model over the blocking calls that are not large pageable
+    copies: those are the ``pinned_copies`` model's) and the :func:`~.savings.pageable_copy_columns`
+    of its large pageable copies ``pageable`` (``start_ns``, ``dur_ns``, ``bytes``; None: none)."""
+    ws, we = steps["start_ns"].to_numpy(), steps["end_ns"].to_numpy()
+    busy = _cat([layers["compute"], layers["comm"], layers["pcie"]])
+    empty = {"start_ns": np.zeros(0, I64), "dur_ns": np.zeros(0, I64), "bytes": np.zeros(0, I64)}
+    return pd.DataFrame({"rank": steps["rank"].to_numpy(), "step": steps["step"].to_numpy(),
+                         "sync_removed_ns": sync_removed(ws, we, busy, layers["blocking"]),
+                         **pageable_copy_columns(ws, we, pageable or empty)})
+
+
+def _layers(t: dict[str, Columns], gpu: dict[str, np.ndarray], a_sync: np.ndarray | None,
+            copy_calls: np.ndarray) -> dict[str, Intervals]:
     """One rank's activity layers (:data:`~.breakdown.LAYERS` but ``comm_wait``) from its
     tables ``t``, GPU events ``gpu`` (:func:`_gpu_events`) and blocking API calls ``a_sync``
-    (:func:`~.api_calls.blocking_calls`; None without API calls), and ``startup``, its
-    start-up calls (not a sweep layer: ``startup_api_ns``)."""
+    (:func:`~.api_calls.blocking_calls`; None without API calls), and two that are not sweep
+    layers: ``startup``, its start-up calls (``startup_api_ns``), and ``blocking``,
+    ``host_sync`` without the calls ``copy_calls`` marks (large pageable copies: the
+    ``sync_removed`` saving model's syncs)."""
     # Host spans that block on others (syncs, barriers) and data-loader waits: the host
     # hook's dataloader_wait spans, and (imported traces) "enumerate(DataLoader)#...__next__".
     host, markers, api = t["host"], t["markers"], t["api"]
@@ -458,6 +506,8 @@ def _layers(t: dict[str, Columns], gpu: dict[str, np.ndarray], a_sync: np.ndarra
         "comm": merge(*_ivs(g, glayer == LAYER_COMM, "end_ns")),
         "pcie": merge(*_ivs(g, glayer == LAYER_PCIE, "end_ns")),
         "host_sync": _cat([_ivs(t["sync"]), _ivs(host, h_sync), _ivs(api, a_sync)]),
+        "blocking": merge(*_cat([_ivs(t["sync"]), _ivs(host, h_sync),
+                                 _ivs(api, a_sync & ~copy_calls if a_sync is not None else None)])),
         "dataloader": _cat([_ivs(host, h_dl), _ivs(markers, m_dl)]),
         "startup": merge(*_ivs(api, startup_calls(api) if n_rows(api) else None)),
     }
@@ -474,23 +524,6 @@ def _top_candidates(kern: pd.DataFrame, top_n: int | None) -> pd.DataFrame:
     total = kern["total_ns"].to_numpy()
     cut = np.partition(total, total.size - top_n)[total.size - top_n]
     return kern[total >= cut].reset_index(drop=True)
-
-
-def intersect(a: Intervals, b: Intervals) -> Intervals:
-    """The intersection of two sets of disjoint sorted intervals (as :func:`~.intervals.merge`
-    returns), disjoint and sorted."""
-    (a_s, a_e), (b_s, b_e) = a, b
-    if a_s.size == 0 or b_s.size == 0:
-        return EMPTY
-    # For each interval of a, the intervals of b that overlap it: from the first ending after
-    # its start to the last starting before its end.
-    lo = np.searchsorted(b_e, a_s, side="right")
-    n = np.maximum(np.searchsorted(b_s, a_e, side="left") - lo, 0)
-    ia = np.repeat(np.arange(a_s.size), n)
-    ib = np.repeat(lo, n) + (np.arange(ia.size) - np.repeat(np.cumsum(n) - n, n))
-    s, e = np.maximum(a_s[ia], b_s[ib]), np.minimum(a_e[ia], b_e[ib])
-    keep = e > s
-    return s[keep], e[keep]
 
 
 def with_collective_waits(summary: RankSummary, wait: Intervals) -> pd.DataFrame | None:
@@ -565,5 +598,5 @@ def copy_summary(memcpy: pd.DataFrame | Columns, copy_kind: Any = None, with_cod
     })
 
 
-__all__ = ["COLUMNS", "GlobalCodes", "RankInputs", "RankSummary", "copy_summary", "intersect", "rank_summary",
+__all__ = ["COLUMNS", "GlobalCodes", "RankInputs", "RankSummary", "copy_summary", "intersect", "rank_summary", "what_if_rows",
            "read_columns", "release_arrow_memory", "with_collective_waits"]

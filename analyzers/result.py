@@ -13,6 +13,8 @@ import pandas as pd
 # The six buckets, in priority order (ARCHITECTURE.md "Analysis: the step-time breakdown").
 BUCKETS: tuple[str, ...] = ("compute", "network", "sync", "pcie", "data_loading", "host")
 BUCKET_COLUMNS: tuple[str, ...] = tuple(f"{b}_ns" for b in BUCKETS)
+# Analysis.what_if's columns (analyzers/savings.py, rank_pass.what_if_rows).
+WHAT_IF_COLUMNS: tuple[str, ...] = ("rank", "step", "sync_removed_ns", "pageable_copy_ns", "pageable_copy_bytes", "pageable_copies")
 
 
 @dataclass(frozen=True)
@@ -93,3 +95,7 @@ class Analysis:
     operators_overall: pd.DataFrame = field(default_factory=pd.DataFrame)
     operator_sites: pd.DataFrame = field(default_factory=pd.DataFrame)
     launch_operators: pd.DataFrame = field(default_factory=pd.DataFrame)
+    # what_if: one row per row of ``steps`` (same order) with what the saving models need
+    # beyond the buckets (WHAT_IF_COLUMNS: ns saved if the host never blocked, the step's
+    # large pageable copies' time, bytes and count); analyzers/savings.py.
+    what_if: pd.DataFrame = field(default_factory=pd.DataFrame)

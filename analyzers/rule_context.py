@@ -13,6 +13,7 @@ import pandas as pd
 
 from perfscope.analyzers.context import HardwareContext, hardware_context
 from perfscope.analyzers.result import Recommendation
+from perfscope.analyzers.savings import NO_ESTIMATE
 
 DEFAULT_THRESHOLDS: dict[str, float] = {
     "data_loading_share": 0.05,   # tb_plugin: DataLoader / step > 5 %
@@ -57,6 +58,7 @@ class RuleContext:
     thresholds: dict[str, float] = field(default_factory=dict)
     cache: dict[str, Any] = field(default_factory=dict)  # values several rules share
     sync_sites: pd.DataFrame | None = None  # blocking calls by (call, site): api_calls.blocking_sites
+    what_if: pd.DataFrame | None = None  # per row of steps: Analysis.what_if (savings.py's inputs)
 
     @property
     def hw(self) -> HardwareContext:
@@ -102,6 +104,14 @@ class RuleContext:
         m = self.median_step_ns
         return float(ns) / m if m > 0 else 0.0
 
+    def median_saving(self, per_step: np.ndarray, ranks: list[int] | None = None) -> int:
+        """Median over all (or the given) ranks' steps of a saving model's ns per step
+        (aligned with ``steps``), ns; 0 without steps."""
+        v = np.asarray(per_step)
+        if ranks is not None and v.size:
+            v = v[np.isin(self.column("steps", "rank"), ranks)]
+        return int(np.median(v)) if v.size else 0
+
     def steps_per_rank(self) -> pd.Series:
         """Number of steps per rank."""
         return self.steps.groupby("rank").size() if len(self.steps) else pd.Series(dtype="int64")
@@ -141,7 +151,13 @@ def _pct(x: float) -> str:
 
 
 def _rec(ctx: RuleContext, id: str, bucket: str, title: str, message: str, evidence: dict[str, Any],
-         saving_ns: float, change: str, ranks: tuple[int, ...] = ()) -> Recommendation:
+         saving_ns: float, change: str, ranks: tuple[int, ...] = (), *, model: str, no_estimate: str = "") -> Recommendation:
+    """A :class:`Recommendation` whose evidence names its saving model (``saving_model``, one
+    of :mod:`.savings`'s).  With ``no_estimate`` (why the trace cannot tell) it claims no
+    saving, says so in its message, and its model is :data:`~.savings.NO_ESTIMATE`."""
+    if no_estimate:
+        return Recommendation(id=id, bucket=bucket, title=title, message=f"{message} No saving is claimed: {no_estimate}.",
+                              evidence={**evidence, "saving_model": NO_ESTIMATE}, change=change, ranks=ranks)
     saving = max(int(round(saving_ns)), 0)
-    return Recommendation(id=id, bucket=bucket, title=title, message=message, evidence=evidence,
+    return Recommendation(id=id, bucket=bucket, title=title, message=message, evidence={**evidence, "saving_model": model},
                           saving_ns=saving, saving_share=round(ctx.share(saving), 4), change=change, ranks=ranks)

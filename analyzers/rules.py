@@ -7,10 +7,11 @@ from the anchors where they exist (shared/research/anchors-analyzers.md): tb_plu
 data-loading and 10 % communication shares, HTA's launch cut-offs, XProf's 15 % "all
 others" tier, traceml's 85 % compute-bound share.
 
-Savings are deliberately simple, stated in each rule's docstring, and never larger than the
-time the rule's bucket holds: they rank the advice, they do not promise a speed-up.
-Recommendations are sorted by saving (largest first); environment findings have no saving
-estimate and come after the others that do.
+Savings come from the trace: each rule names a model of :mod:`.savings` (the step re-timed
+with the fix applied) in its evidence as ``saving_model``, and claims that model's saving for
+the median step; where no model can tell, the rule claims none and says so.  Savings rank the
+advice, they do not promise a speed-up.  Recommendations are sorted by saving (largest
+first); findings without an estimate and environment findings come after the others.
 """
 from __future__ import annotations
 
@@ -21,9 +22,22 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from perfscope.analyzers.comm_families import COMM_ADVICE, COMM_FAMILY_SHARE, comm_mix
+from perfscope.analyzers.comm_families import COMM_ADVICE, COMM_FAMILY_SHARE, comm_mix, fp32_comm_share
 from perfscope.analyzers.context import HardwareContext
+from perfscope.analyzers.findings import environment_recommendations, trace_findings
 from perfscope.analyzers.result import Recommendation
+from perfscope.analyzers.savings import (
+    NO_ESTIMATE,
+    bandwidth_restored,
+    comm_compressed,
+    comm_overlapped,
+    copies_overlapped,
+    fp32_on_tensor_cores,
+    host_idle_removed,
+    loader_wait_removed,
+    pinned_bandwidth,
+    pinned_copies,
+)
 from perfscope.analyzers.rule_context import (
     DEFAULT_THRESHOLDS,
     EXPECTED_BUSBW_GBPS,
@@ -51,7 +65,8 @@ def _is_fp32_matmul(name: str) -> bool:
 @rule("dataloader.workers", "data_loading")
 def dataloader_rule(ctx: RuleContext) -> Recommendation | None:
     """Fires when GPU-idle time waiting for the next batch is >= 5 % of the median step.
-    Saving: all of it (more workers and prefetching hide loading behind compute)."""
+    Saving: :func:`~.savings.loader_wait_removed` (more workers and prefetching hide loading
+    behind compute)."""
     dl = ctx.median("data_loading_ns")
     share = ctx.share(dl)
     if share < ctx.th("data_loading_share"):
@@ -64,8 +79,9 @@ def dataloader_rule(ctx: RuleContext) -> Recommendation | None:
         "keep the workers alive between epochs and prefetch more batches, so loading overlaps compute.",
         {"data_loading_ns_median": dl, "data_loading_share": round(share, 4), "median_step_ns": ctx.median_step_ns,
          **({"cpus_per_rank": ctx.hw.cpus_per_rank()} if ctx.hw.cpu_count is not None else {})},
-        dl,
+        ctx.median_saving(loader_wait_removed(ctx.steps)),
         f"DataLoader(dataset, batch_size=..., num_workers={workers}, pin_memory=True, prefetch_factor=4, persistent_workers=True)",
+        model="loader_wait_removed",
     )
 
 
@@ -78,55 +94,51 @@ def _loader_workers(hw: HardwareContext) -> int:
 
 # ----------------------------------------------------------------------------- copies
 def _pageable(ctx: RuleContext) -> tuple[int, int, int]:
-    """(pageable copy ns per step, pageable copies per step, total copy ns per step), medians over ranks."""
-    c = ctx.copies
-    if c is None or len(c) == 0 or len(ctx.steps) == 0:
+    """(pageable copy ns, pageable copies, copy ns) per step, medians over all ranks' steps:
+    the large pageable host-device copies inside the analysed windows (``Analysis.what_if``;
+    warm-up copies outside them do not count) and the time any copy runs in them."""
+    w = ctx.what_if
+    if w is None or len(w) == 0 or len(w) != len(ctx.steps):
         return 0, 0, 0
-    if "_pageable" in ctx.cache:
-        return ctx.cache["_pageable"]
-    # A few rows (rank x kind x pageable x large): plain numpy, no groupby.
-    step_ranks, n_steps = np.unique(ctx.column("steps", "rank"), return_counts=True)
-    rank = c["rank"].to_numpy()
-    kind = c["copy_kind"].to_numpy(object)
-    large = c["large"].to_numpy(bool) if "large" in c.columns else np.ones(len(c), bool)
-    # A few rows: two comparisons cost less than np.isin's set machinery (same result).
-    pageable = c["pageable"].to_numpy(bool) & large & ((kind == "H2D") | (kind == "D2H"))
-    total, count = c["total_ns"].to_numpy(float), c["count"].to_numpy(float)
-
-    def per_step(mask: np.ndarray, values: np.ndarray) -> float:
-        sums = np.array([values[mask & (rank == r)].sum() for r in step_ranks])
-        return float(np.median(sums / n_steps))
-
-    out = (int(per_step(pageable, total)), int(round(per_step(pageable, count))), int(per_step(kind != "D2D", total)))
-    ctx.cache["_pageable"] = out
-    return out
+    copy_ns = ctx.column("steps", "pcie_ns") + ctx.column("steps", "hidden_pcie_ns")
+    return (int(np.median(w["pageable_copy_ns"].to_numpy())), int(round(float(np.median(w["pageable_copies"].to_numpy())))),
+            int(np.median(copy_ns)))
 
 
 @rule("copies.pageable", "pcie")
 def pageable_rule(ctx: RuleContext) -> Recommendation | None:
-    """Fires when host<->device copies (>= 64 KiB) from pageable memory take >= 1 % of the median step.
-    Saving: the pageable copy time per step, bounded by the exposed PCIe plus host time
-    (pinned, non-blocking copies run asynchronously and overlap compute)."""
+    """Fires when host<->device copies (>= 64 KiB) from pageable memory take >= 1 % of the
+    median step (copies inside the analysed steps only).  Saving:
+    :func:`~.savings.pinned_copies`, at the bandwidth of the run's own pinned copies or of the
+    GPU's PCIe link (:func:`~.savings.pinned_bandwidth`); none when the run tells neither."""
     p_ns, p_n, _ = _pageable(ctx)
     if ctx.share(p_ns) < ctx.th("pageable_share"):
         return None
-    bound = ctx.median("pcie_ns") + ctx.median("host_ns")
+    bw = pinned_bandwidth(ctx.copies, ctx.hw.pcie_gen, ctx.hw.pcie_width, ctx.hw.pcie_assumed)
+    saving = ctx.median_saving(pinned_copies(ctx.what_if, ctx.steps, bw[0])) if bw else 0
     return _rec(
         ctx, "copies.pageable", "pcie", "Copies use pageable host memory",
         f"{p_n} host-device copies per step use PAGEABLE memory ({_ms(p_ns)} per step), which makes asynchronous "
         "copies block the host and run synchronously through a staging buffer. Use PINNED memory and "
         "non-blocking copies so they overlap compute.",
-        {"pageable_copy_ns_per_step": p_ns, "pageable_copies_per_step": p_n, "pcie_ns_median": ctx.median("pcie_ns")},
-        min(p_ns, bound),
+        {"pageable_copy_ns_per_step": p_ns, "pageable_copies_per_step": p_n,
+         "pageable_copy_bytes_per_step": int(np.median(ctx.what_if["pageable_copy_bytes"].to_numpy())),
+         "pcie_ns_median": ctx.median("pcie_ns"),
+         **({"pinned_gbps": round(bw[0], 2), "pinned_gbps_from": bw[1]} if bw else {})},
+        saving,
         "DataLoader(..., pin_memory=True) and batch = batch.to('cuda', non_blocking=True) "
         "(or tensor.pin_memory() for tensors you copy yourself)",
+        model="pinned_copies",
+        no_estimate="" if bw else ("the run has no pinned copy of 1 MiB or more and does not state its PCIe link, so "
+                                   "the bandwidth pinned copies would reach is unknown"),
     )
 
 
 @rule("pcie.exposed", "pcie")
 def pcie_rule(ctx: RuleContext) -> Recommendation | None:
     """Fires when exposed copies (nothing else running) are >= 5 % of the median step and
-    most copy time is not pageable (the pageable rule covers that). Saving: the exposed copy time."""
+    most copy time is not pageable (the pageable rule covers that). Saving:
+    :func:`~.savings.copies_overlapped`; none when no GPU time is free to hide them under."""
     pcie = ctx.median("pcie_ns")
     share = ctx.share(pcie)
     if share < ctx.th("pcie_share"):
@@ -140,43 +152,50 @@ def pcie_rule(ctx: RuleContext) -> Recommendation | None:
         "compute: copy the next batch on a side stream with non_blocking=True while this one trains, keep tensors on "
         "the GPU between steps and avoid .cpu()/.numpy() inside the step.",
         {"pcie_ns_median": pcie, "pcie_share": round(share, 4), "copy_ns_per_step": total},
-        pcie,
+        saving := ctx.median_saving(copies_overlapped(ctx.steps)),
         "batch = batch.to('cuda', non_blocking=True) from pinned memory, prefetched one step ahead "
         "(e.g. a CUDA-stream prefetcher); move .cpu()/.item() logging out of the step",
+        model="copies_overlapped",
+        no_estimate="" if saving > 0 else "the GPU has no compute or communication free of copies to hide them under",
     )
 
 
 # ----------------------------------------------------------------------------- sync
 @rule("sync.host", "sync")
 def sync_rule(ctx: RuleContext) -> Recommendation | None:
-    """Fires when host synchronisations (GPU idle while the host blocks, plus the GPU idle
-    that follows each sync until new work is launched) are >= 5 % of the median step.
-    Saving: that time."""
+    """Fires when the host blocks on the GPU (synchronize calls, blocking copies other than
+    large pageable ones, barriers) and the step re-timed without those waits
+    (:func:`~.savings.sync_removed`) is >= 5 % of the median step shorter, or shorter at all
+    on a launch-bound step (the syncs keep CUDA graphs from capturing it).  Saving: that.
+    The GPU idle after a sync returns is not counted: it is the host's own work (the
+    ``host.overhead`` rule's), which the sync only kept from overlapping the GPU's."""
     s = ctx.steps
-    if len(s) == 0 or "post_sync_idle_ns" not in s.columns:
+    w = ctx.what_if
+    if len(s) == 0 or "post_sync_idle_ns" not in s.columns or w is None or len(w) != len(s):
         return None
-    def col(c: str) -> np.ndarray:
-        return ctx.column("steps", c)
-
-    cost = np.maximum(col("sync_ns") - col("collective_wait_ns"), 0) + col("post_sync_idle_ns")
-    med = int(np.median(cost))
-    calls = float(np.median(col("sync_calls")))
+    med = ctx.median_saving(w["sync_removed_ns"].to_numpy())
+    calls = float(np.median(ctx.column("steps", "sync_calls")))
     share = ctx.share(med)
-    if share < ctx.th("sync_share") or calls <= 0:
+    l = ctx.launch
+    # CUDA graphs cannot capture a step that syncs: on a launch-bound step every sync is in
+    # the way of launch.bound's fix, whatever its own saving (PREREQUISITES lists it first).
+    prerequisite = l is not None and len(l) > 0 and bool(ctx.column("launch", "launch_bound").any())
+    if calls <= 0 or med <= 0 or (share < ctx.th("sync_share") and not prerequisite):
         return None
     sites = _top_sync_sites(ctx)
     where = ("; the longest: " + ", ".join(f"{x['call']}" + (f" in {x['site']!r}" if x["site"] else "") + f" ({_ms(x['ns_per_step'])}/step)"
                                           for x in sites)) if sites else ""
     return _rec(
         ctx, "sync.host", "sync", "The host synchronises with the GPU every step",
-        f"The host blocks on the GPU {calls:g} time(s) per step{where}; waiting plus the GPU idle time after each "
-        f"synchronisation cost {_pct(share)} of the step ({_ms(med)}). Avoid excessive use of synchronization: "
-        "remove .item(), .cpu(), print(loss) and torch.cuda.synchronize() from the step (log every N steps, "
-        "keep running sums on the GPU), and use events (cudaStreamWaitEvent) instead of host syncs.",
-        {"sync_calls_per_step": calls, "sync_cost_ns_median": med, **({"blocking_calls": sites} if sites else {}),
+        f"The host blocks on the GPU {calls:g} time(s) per step{where}; without those waits the host's later work "
+        f"would overlap the GPU's and the step would be {_pct(share)} shorter ({_ms(med)}). Avoid excessive use of "
+        "synchronization: remove .item(), .cpu(), print(loss) and torch.cuda.synchronize() from the step (log every "
+        "N steps, keep running sums on the GPU), and use events (cudaStreamWaitEvent) instead of host syncs.",
+        {"sync_calls_per_step": calls, "sync_removed_ns_median": med, **({"blocking_calls": sites} if sites else {}),
          "post_sync_idle_ns_median": ctx.median("post_sync_idle_ns"), "sync_ns_median": ctx.median("sync_ns")},
         med,
         "loss_sum += loss.detach()  # and call loss_sum.item() every N steps; drop torch.cuda.synchronize() in the loop",
+        model="sync_removed",
     )
 
 
@@ -200,8 +219,8 @@ def _top_sync_sites(ctx: RuleContext, top: int = 3) -> list[dict[str, Any]]:
 @rule("launch.bound", "host")
 def launch_rule(ctx: RuleContext) -> Recommendation | None:
     """Fires on ranks :func:`~perfscope.analyzers.kernels.launch_stats` marks launch-bound.
-    Saving: the launch idle (host_wait and kernel_wait gaps under 100 us) per step, bounded
-    by the host bucket."""
+    Saving (model ``launch_gaps_removed``): the launch idle (host_wait and kernel_wait gaps
+    under 100 us, measured) per step, bounded by the host bucket."""
     l = ctx.launch
     if l is None or len(l) == 0 or not ctx.column("launch", "launch_bound").any():
         return None
@@ -227,44 +246,45 @@ def launch_rule(ctx: RuleContext) -> Recommendation | None:
         saving,
         'model = torch.compile(model, mode="reduce-overhead")  # CUDA graphs; or torch.cuda.graphs / torch.cuda.make_graphed_callables',
         ranks,
+        model="launch_gaps_removed",
     )
 
 
 @rule("host.overhead", "host")
 def host_rule(ctx: RuleContext) -> Recommendation | None:
-    """Fires when the GPU is idle for other host reasons (Python, CPU work) >= 15 % of the
-    median step and the rank is not launch-bound.
+    """Fires when the GPU is idle for host reasons (Python, CPU work; the ``host`` bucket,
+    which holds the idle after a sync returns too: the host's work there is what keeps the
+    GPU waiting) >= 15 % of the median step and the rank is not launch-bound.
 
-    Saving: the step re-timed with that idle time removed, but never shorter than the host
-    needs to launch the step's kernels (kernels per step x the median launch call, from the
-    launch table): ``min(host_other, wall - max(gpu_busy, launch_floor))``; no saving (the
-    rule is silent) when the launch table cannot bound it and the GPU is busy less than that."""
+    Saving: :func:`~.savings.host_idle_removed`, never below the time the host needs to
+    launch the step's kernels (kernels per step x the median launch call, from the launch
+    table); host idle after a sync that removing the sync hides is the sync's saving."""
     s = ctx.steps
     if len(s) == 0:
         return None
     l = ctx.launch
     if l is not None and len(l) and ctx.column("launch", "launch_bound").any():
         return None
-    other = np.maximum(ctx.column("steps", "host_ns")
-                       - (ctx.column("steps", "post_sync_idle_ns") if "post_sync_idle_ns" in s.columns else 0), 0)
-    med = int(np.median(other))
+    med = ctx.median("host_ns")
     share = ctx.share(med)
     if share < ctx.th("host_share"):
         return None
     wall = ctx.median_step_ns
     busy = wall - ctx.median("gpu_idle_ns") if "gpu_idle_ns" in s.columns else 0
     floor = _launch_floor_ns(ctx)
-    saving = max(0, min(med, wall - max(busy, floor)))
+    w = ctx.what_if
+    synced = w["sync_removed_ns"].to_numpy() if w is not None and len(w) == len(s) and "post_sync_idle_ns" in s.columns else None
+    saving = ctx.median_saving(host_idle_removed(s, floor, synced)) if "gpu_idle_ns" in s.columns else 0
     return _rec(
         ctx, "host.overhead", "host", "The GPU waits for the CPU",
         f"{_pct(share)} of the step time ({_ms(med)}) the GPU is idle while the host does other work (Python execution "
         "overhead, CPU preprocessing, logging). Find the host code with a CPU profiler and move it off the training "
         "thread, or compile the model to cut Python overhead. The saving assumes the idle time goes away down to the "
         f"time the host needs to launch the step's work ({_ms(floor)}).",
-        {"host_ns_median": ctx.median("host_ns"), "host_other_ns_median": med, "host_share": round(share, 4),
-         "gpu_busy_ns_median": int(busy), "launch_floor_ns": int(floor)},
+        {"host_ns_median": med, "host_share": round(share, 4), "gpu_busy_ns_median": int(busy), "launch_floor_ns": int(floor)},
         saving,
         "py-spy record -o profile.svg -- python train.py  # then torch.compile(model) / move CPU work to DataLoader workers",
+        model="host_idle_removed",
     )
 
 
@@ -283,8 +303,9 @@ def _launch_floor_ns(ctx: RuleContext) -> int:
 # ----------------------------------------------------------------------------- communication
 @rule("comm.exposed", "network")
 def comm_rule(ctx: RuleContext) -> Recommendation | None:
-    """Fires when exposed communication is >= 10 % of the median step. Saving: the part that
-    could hide under compute (min(network, compute)), at least a quarter of it (compression).
+    """Fires when exposed communication is >= 10 % of the median step. Saving: the larger of
+    :func:`~.savings.comm_overlapped` and :func:`~.savings.comm_compressed`; none when
+    neither applies (fewer collectives would still help, by an amount the trace cannot tell).
     The advice follows the collective family holding at least half of the communication time
     (:data:`~.comm_families.COMM_ADVICE`); DDP bucket advice only when that is all-reduce."""
     net = ctx.median("network_ns")
@@ -295,6 +316,10 @@ def comm_rule(ctx: RuleContext) -> Recommendation | None:
     hidden = ctx.median("hidden_network_ns")
     mix = comm_mix(ctx.collectives, ctx.kernels)
     family = max(mix, key=mix.get) if mix else None
+    fp32 = fp32_comm_share(ctx.kernels)
+    # The larger of the two trace-based savings: overlap with free compute, or bf16 compression.
+    saving, model = max((ctx.median_saving(comm_overlapped(ctx.steps)), "comm_overlapped"),
+                        (ctx.median_saving(comm_compressed(ctx.steps, fp32)), "comm_compressed"))
     if family in COMM_ADVICE and mix[family] >= COMM_FAMILY_SHARE:
         what, advice, change = COMM_ADVICE[family]
         what = f"; it is {what}, {_pct(mix[family])} of communication time"
@@ -308,16 +333,20 @@ def comm_rule(ctx: RuleContext) -> Recommendation | None:
         f"This run has high time cost on communication: {_pct(share)} of the step time ({_ms(net)}) communication "
         f"kernels run with no compute beside them ({_ms(hidden)} is already hidden){what}. {advice}",
         {"network_ns_median": net, "network_share": round(share, 4), "hidden_network_ns_median": hidden, "compute_ns_median": comp,
-         **{f"comm_share_{f}": round(v, 4) for f, v in mix.items()}},
-        max(min(net, comp), net / 4),
+         "fp32_comm_share": round(fp32, 4), **{f"comm_share_{f}": round(v, 4) for f, v in mix.items()}},
+        saving,
         change,
+        model=model,
+        no_estimate="" if saving > 0 else ("no compute time is free of communication to hide it under, no collective moves "
+                                           "32-bit floats, and what fewer messages would save the trace cannot tell"),
     )
 
 
 @rule("comm.straggler", "sync")
 def straggler_rule(ctx: RuleContext) -> Recommendation | None:
     """Fires when one rank arrives last at >= half of the matched collectives and the others'
-    wait for it is >= 2 % of the median step. Saving: the others' median collective wait."""
+    wait for it is >= 2 % of the median step. Saving (model ``straggler_wait_removed``): the
+    others' median collective wait, measured."""
     st = ctx.stragglers
     if st is None or len(st) == 0 or len(ctx.steps) == 0:
         return None
@@ -342,6 +371,7 @@ def straggler_rule(ctx: RuleContext) -> Recommendation | None:
         f"perfscope analyze RUN --ranks {r} (its breakdown shows where it loses time); "
         f"nvidia-smi -q -d CLOCK,TEMPERATURE on rank {r}'s GPU; numactl --cpunodebind=N --membind=N for its process",
         (r,),
+        model="straggler_wait_removed",
     )
 
 
@@ -355,8 +385,8 @@ def _same_gpu(meta: dict[str, Any]) -> bool:
 def busbw_rule(ctx: RuleContext) -> Recommendation | None:
     """Fires when large collectives (>= 1 MiB) reach less than a quarter of the bus bandwidth
     a healthy link gives (NVLink within a node, InfiniBand across nodes) and communication
-    is >= 10 % of the step; not when ranks share one GPU. Saving: a quarter of the network
-    time scaled by the bandwidth shortfall."""
+    is >= 10 % of the step; not when ranks share one GPU. Saving:
+    :func:`~.savings.bandwidth_restored`."""
     c = ctx.collectives
     net = ctx.median("network_ns")
     if c is None or len(c) == 0 or ctx.share(net) < ctx.th("network_share") or _same_gpu(ctx.meta):
@@ -382,18 +412,20 @@ def busbw_rule(ctx: RuleContext) -> Recommendation | None:
         "interface or transport: check which NIC and transport it picked (NCCL_DEBUG=INFO) and set the variables below.",
         {"busbw_gbps_median": round(bw, 3), "expected_busbw_gbps": expected, "collectives_judged": int(len(big)),
          **{k: v for k, v in current.items() if v is not None}},
-        net / 4 * max(0.0, 1 - bw / expected),
+        ctx.median_saving(bandwidth_restored(ctx.steps, bw, expected)),
         "NCCL_DEBUG=INFO NCCL_SOCKET_IFNAME=<fast NIC, e.g. ib0 or eth0> NCCL_IB_HCA=<mlx5_0,...> NCCL_P2P_LEVEL=NVL "
         "NCCL_NET_GDR_LEVEL=PHB NCCL_NSOCKS_PERTHREAD=4 NCCL_SOCKET_NTHREADS=2",
+        model="bandwidth_restored",
     )
 
 
 # ----------------------------------------------------------------------------- compute
 @rule("compute.bound", "compute")
 def compute_rule(ctx: RuleContext) -> Recommendation | None:
-    """Fires when compute is >= 85 % of the median step. Saving: half the time of FP32 matrix
-    kernels when there are any and the GPU has tensor cores for a lower precision (at least 2x
-    faster), else a tenth of the compute time (fusion through torch.compile).
+    """Fires when compute is >= 85 % of the median step. Saving:
+    :func:`~.savings.fp32_on_tensor_cores` when FP32 matrix kernels are >= 20 % of kernel time
+    and the GPU has tensor cores for a lower precision; otherwise none (what fusion gains
+    depends on the kernels: the trace cannot tell).
 
     Hardware: TF32 and bfloat16 need compute capability 8.0 (Ampere); 7.x (Volta, Turing) gets
     float16 autocast with a GradScaler; below 7.0 (no tensor cores) gets no precision advice."""
@@ -411,19 +443,21 @@ def compute_rule(ctx: RuleContext) -> Recommendation | None:
         fp32_share = float(total[fp32].sum() / tot) if tot > 0 else 0.0
     precision = _precision_advice(ctx.hw) if fp32_share >= 0.2 else None
     if precision is not None:
-        saving = comp * fp32_share / 2
+        saving = ctx.median_saving(fp32_on_tensor_cores(ctx.column("steps", "compute_ns"), fp32_share))
         msg = (f"The step is compute-bound ({_pct(share)} compute) and {_pct(fp32_share)} of kernel time is FP32 matrix "
                f"math. Run matrix multiplies on tensor cores: {precision[0]}")
         change = precision[1]
     else:
-        saving = comp / 10
+        saving = 0
         msg = (f"The step is compute-bound ({_pct(share)} compute): speed up the kernels themselves. Compile the model to "
                "fuse elementwise ops, use fused optimizers and fused attention, and check the top kernels below.")
         change = "model = torch.compile(model); torch.optim.AdamW(params, fused=True); F.scaled_dot_product_attention"
     evidence = {"compute_ns_median": comp, "compute_share": round(share, 4), "fp32_matmul_share": round(fp32_share, 4)}
     if ctx.hw.compute_capability is not None:
         evidence["compute_capability"] = ctx.hw.to_dict()["compute_capability"]
-    return _rec(ctx, "compute.bound", "compute", "The step is compute-bound", msg, evidence, saving, change)
+    return _rec(ctx, "compute.bound", "compute", "The step is compute-bound", msg, evidence, saving, change,
+                model="fp32_on_tensor_cores",
+                no_estimate="" if precision is not None else "what fusion and faster kernels gain depends on the kernels")
 
 
 def _precision_advice(hw: HardwareContext) -> tuple[str, str] | None:
@@ -442,98 +476,11 @@ def _precision_advice(hw: HardwareContext) -> tuple[str, str] | None:
             "torch.backends.cuda.matmul.allow_tf32 = True; with torch.autocast('cuda', dtype=torch.bfloat16): loss = model(x)")
 
 
-# ----------------------------------------------------------------------------- environment
-def _env_checks(env: dict[str, Any]) -> list[dict[str, Any]]:
-    checks = env.get("checks") if isinstance(env, dict) else None
-    return [c for c in checks if isinstance(c, dict)] if isinstance(checks, list) else []
-
-
-def environment_recommendations(ctx: RuleContext) -> list[Recommendation]:
-    """Turn the doctor's warn/fail checks stored in ``meta['environment']['checks']`` (dicts
-    with ``id``, ``status``, ``message``, ``fix``) into recommendations, plus a direct check of
-    the CPU governor when the snapshot has one and no doctor check covers it."""
-    env = ctx.meta.get("environment") or {}
-    out: list[Recommendation] = []
-    seen: set[str] = set()
-    for c in _env_checks(env):
-        status = str(c.get("status", "")).lower()
-        if status not in ("warn", "fail", "warning", "error"):
-            continue
-        cid = str(c.get("id", "check"))
-        seen.add(cid)
-        msg = str(c.get("message", cid))
-        out.append(Recommendation(
-            id=f"environment.{cid}", bucket="environment", title=msg.split(". ")[0][:120], message=msg,
-            evidence={k: v for k, v in c.items() if k not in ("id", "message", "fix")}, change=str(c.get("fix", "")),
-        ))
-    cpu = env.get("cpu") if isinstance(env.get("cpu"), dict) else {}
-    gov = env.get("cpu_governor") or cpu.get("governor")
-    if not gov:
-        # The doctor's facts: {"cpu": {"governors": {"powersave": 64}}}.
-        govs = ((env.get("facts") or {}).get("cpu") or {}).get("governors") or {}
-        others = sorted(g for g in govs if g != "performance") if isinstance(govs, dict) else []
-        gov = ", ".join(others) if others else None
-    if gov and str(gov) != "performance" and not any("governor" in s for s in seen):
-        out.append(Recommendation(
-            id="environment.cpu_governor", bucket="environment", title="CPU frequency governor is not 'performance'",
-            message=f"The CPU frequency governor is {gov!r}; host-side work (launches, data loading) runs slower while the "
-                    "cores clock down. Set the governor to performance.",
-            evidence={"cpu_governor": str(gov)}, change="sudo cpupower frequency-set -g performance",
-        ))
-    return out
-
-
 # A fix that must come first for another to work: CUDA graphs and
 # torch.compile(mode="reduce-overhead") cannot capture a step that synchronises with the
 # host (.item(), .cpu(), torch.cuda.synchronize() break the graph), so when a launch-bound
 # step also syncs with the host, removing the syncs is listed first.
 PREREQUISITES: dict[str, tuple[str, ...]] = {"sync.host": ("launch.bound",)}
-
-
-def _no_gpu_records(ctx: RuleContext) -> bool:
-    """True when the analysed windows hold no GPU activity at all (no kernel, copy or memset)."""
-    s = ctx.steps
-    return len(s) > 0 and "gpu_idle_ns" in s.columns and bool((ctx.column("steps", "gpu_idle_ns") >= ctx.column("steps", "wall_ns")).all())
-
-
-def trace_findings(ctx: RuleContext) -> list[Recommendation]:
-    """Findings about what the trace can tell, with no saving: a CPU-only run (no GPU records
-    and no GPU named in the metadata), a GPU trace without activity records (CUPTI
-    range-profiler mode, activities off), and windows dominated by start-up calls
-    (context creation, ``cudaFree``, allocation: :mod:`~.api_calls`).  When one fires, the
-    step rules do not run: their GPU-idle evidence would be an artefact of the trace."""
-    s = ctx.steps
-    if len(s) == 0:
-        return []
-    wall = ctx.median_step_ns
-    if _no_gpu_records(ctx):
-        if ctx.hw.gpu_present is not True:
-            return [Recommendation(
-                id="trace.cpu_only", bucket="trace", title="CPU-only run",
-                message="The run records no GPU activity and names no GPU: it ran on the CPU. The step time is all host "
-                        "time; profile the host code to see where it goes.",
-                evidence={"median_step_ns": wall},
-                change="py-spy record -o profile.svg -- python train.py  # or torch.profiler with ProfilerActivity.CPU")]
-        return [Recommendation(
-            id="trace.no_gpu_records", bucket="trace", title="The trace has no GPU activity records",
-            message=f"The run names a GPU ({ctx.hw.gpu_name or 'from its metadata'}) but holds no kernel, copy or memset "
-                    "record, so nothing can be said about GPU idle time or savings. The trace was probably captured "
-                    "without CUDA activities (or in CUPTI range-profiler mode); record again with them on.",
-            evidence={"median_step_ns": wall, **({"gpu_name": ctx.hw.gpu_name} if ctx.hw.gpu_name else {})},
-            change="torch.profiler.profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], ...)  # or perfscope record")]
-    if "startup_api_ns" in s.columns:
-        startup = ctx.median("startup_api_ns")
-        if ctx.share(startup) >= ctx.th("startup_share"):
-            return [Recommendation(
-                id="trace.startup", bucket="trace", title="The window is start-up, not training",
-                message=f"{_pct(ctx.share(startup))} of the median window ({_ms(startup)} of {_ms(wall)}) is spent in "
-                        "CUDA start-up calls (context creation, cudaFree, allocation, stream creation), so it is not a "
-                        "training step and its idle time says nothing about training. Profile steady-state steps: "
-                        "skip the first iterations (a profiler schedule with wait/warmup) or mark steps.",
-                evidence={"startup_api_ns_median": startup, "startup_share": round(ctx.share(startup), 4), "median_step_ns": wall},
-                change="torch.profiler.profile(schedule=torch.profiler.schedule(wait=5, warmup=2, active=3), ...)  "
-                       "# or perfscope analyze RUN --step-pattern REGEX")]
-    return []
 
 
 def _cap_to_step(ctx: RuleContext, recs: list[Recommendation]) -> list[Recommendation]:
@@ -553,19 +500,21 @@ def _cap_to_step(ctx: RuleContext, recs: list[Recommendation]) -> list[Recommend
 
 
 def evaluate_rules(ctx: RuleContext) -> list[Recommendation]:
-    """Run every rule; return the recommendations that fired with a positive saving, largest
-    saving first (rule order breaks ties) except that a prerequisite (:data:`PREREQUISITES`) is moved just
+    """Run every rule; return the recommendations that fired with a positive saving or with
+    one the trace cannot tell (:data:`~.savings.NO_ESTIMATE`), largest saving first (rule
+    order breaks ties) except that a prerequisite (:data:`PREREQUISITES`) is moved just
     before the first recommendation it enables; their savings capped to the median step in
     total (:func:`_cap_to_step`); then environment findings.  When :func:`trace_findings`
     fires, its findings replace the rules' (before the environment findings)."""
     findings = trace_findings(ctx)
     if findings:
-        return findings + environment_recommendations(ctx)
+        return [_no_saving(r) for r in findings + environment_recommendations(ctx)]
     fired: list[tuple[int, Recommendation]] = []
     for i, r in enumerate(RULES):
         rec = r.fn(ctx)
-        # A finding whose fix would save nothing measurable here is not advice.
-        if rec is not None and rec.saving_ns > 0:
+        # A finding whose fix would save nothing measurable here is not advice; one whose
+        # saving the trace cannot tell is (it says so).
+        if rec is not None and (rec.saving_ns > 0 or rec.evidence.get("saving_model") == NO_ESTIMATE):
             fired.append((i, rec))
     fired.sort(key=lambda x: (-x[1].saving_ns, x[0]))
     recs = _cap_to_step(ctx, [r for _, r in fired])
@@ -579,7 +528,13 @@ def evaluate_rules(ctx: RuleContext) -> list[Recommendation]:
             enabled = recs[min(targets)].id
             rec = dataclasses.replace(rec, message=rec.message + f" Listed before {enabled}: that fix needs this one first.")
             recs.insert(min(targets), rec)
-    return recs + environment_recommendations(ctx)
+    return recs + [_no_saving(r) for r in environment_recommendations(ctx)]
+
+
+def _no_saving(rec: Recommendation) -> Recommendation:
+    """``rec`` (a trace or environment finding, which claims no saving) with
+    ``saving_model`` :data:`~.savings.NO_ESTIMATE` in its evidence, as every finding names its model."""
+    return dataclasses.replace(rec, evidence={**rec.evidence, "saving_model": NO_ESTIMATE})
 
 
 __all__ = ["DEFAULT_THRESHOLDS", "PREREQUISITES", "RULES", "Rule", "RuleContext", "evaluate_rules", "environment_recommendations", "rule", "trace_findings"]

@@ -53,7 +53,7 @@ class RankTrace:
             "host": self.host, "steps": self.steps, "collectives": self.collectives,
         }.items() if v}
         write_rank_tables(run, rank, {k: {c: [r.get(c) for r in v] for c in v[0]} for k, v in tables.items()})
-        write_rank_meta(run, rank, {"status": "complete", "gpu": {"name": "H200", "uuid": f"GPU-{rank}"}})
+        write_rank_meta(run, rank, {"status": "complete", "gpu": {"name": "H200", "capability": "9.0", "uuid": f"GPU-{rank}"}})
 
 
 def _run(path: Path, world: int) -> Path:

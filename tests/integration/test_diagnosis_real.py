@@ -38,11 +38,17 @@ def shared(tmp_path_factory: pytest.TempPathFactory):
 
 
 def _check_invariants(a) -> None:
-    """What holds on any trace: advice fits the hardware, savings add up to at most the step,
-    no saving without GPU records."""
+    """What holds on any trace: advice fits the hardware, savings add up to at most the step
+    and each names its model (none where it claims nothing), no saving without GPU records."""
+    from perfscope.analyzers import savings
+
     hw = hardware_context(a.meta)
     wall = int(a.steps["wall_ns"].median()) if len(a.steps) else 0
     assert sum(r.saving_ns for r in a.recommendations) <= wall
+    for r in a.recommendations:
+        model = r.evidence["saving_model"]
+        assert model == savings.NO_ESTIMATE or model in savings.MODELS, model
+        assert r.saving_ns == 0 or model != savings.NO_ESTIMATE
     if hw.cc_at_least(8) is False:
         for r in a.recommendations:
             assert "tf32" not in (r.message + r.change).lower() and "bfloat16" not in (r.message + r.change).lower()
@@ -194,3 +200,23 @@ def test_cpu_only_run_gets_no_gpu_advice(tmp_path: Path) -> None:
     a = analyze_run(open_run(_stripped(tmp_path, drop_device=True)))
     assert [r.id for r in a.recommendations] == ["trace.cpu_only"]
     assert "GPU is idle" not in a.recommendations[0].message and a.recommendations[0].saving_ns == 0
+
+
+def test_num_workers_fit_the_cpus_of_a_recorded_run(tmp_path: Path) -> None:
+    """The H200 run's snapshot says 16 CPUs; the same run said to come from a 2-CPU machine
+    gets one worker (the training process needs the other CPU), never 8."""
+    import json
+    import shutil
+
+    src = Path(__file__).resolve().parents[1] / "data" / "h200" / "mixed" / "mixed_loader_matmul.perfscope"
+    run = tmp_path / "run"
+    shutil.copytree(src, run)
+
+    def change() -> str:
+        return next(r.change for r in analyze_run(open_run(run)).recommendations if r.id == "dataloader.workers")
+
+    assert "num_workers=8," in change()
+    meta = json.loads((run / "run.json").read_text())
+    meta["environment"]["facts"]["cpu"]["count"] = 2
+    (run / "run.json").write_text(json.dumps(meta))
+    assert "num_workers=1," in change()

@@ -8,7 +8,7 @@ import pandas as pd
 from perfscope.analyzers.api_calls import blocking_calls, startup_calls
 from perfscope.analyzers.context import hardware_context
 from perfscope.analyzers.intervals import covered_ns
-from perfscope.analyzers.result import BUCKET_COLUMNS, Recommendation
+from perfscope.analyzers.result import BUCKET_COLUMNS, WHAT_IF_COLUMNS, Recommendation
 from perfscope.analyzers.rules import RuleContext, _cap_to_step, evaluate_rules
 
 V100 = {"ranks": [{"rank": 0, "gpu": {"name": "Tesla V100-SXM2-32GB", "compute_capability": "7.0", "memory_bytes": 34079637504}}]}
@@ -30,9 +30,15 @@ def ctx(s: pd.DataFrame, **kw) -> RuleContext:
     empty = pd.DataFrame()
     base: dict = dict(gpu_summary=empty, kernels=pd.DataFrame(columns=["rank", "name", "kind", "total_ns"]),  # noqa: C408
                 launch=pd.DataFrame(columns=["rank", "launch_bound"]), collectives=empty, stragglers=empty,
-                copies=pd.DataFrame(columns=["rank", "copy_kind", "pageable", "count", "bytes", "total_ns"]))
+                copies=pd.DataFrame(columns=["rank", "copy_kind", "pageable", "count", "bytes", "total_ns"]),
+                what_if=what_if(s))
     base.update(kw)
     return RuleContext(steps=s, **base)
+
+
+def what_if(s: pd.DataFrame, **ns: int) -> pd.DataFrame:
+    """``Analysis.what_if`` rows for the steps ``s``: the given columns (``sync_removed_ns``...), else 0."""
+    return pd.DataFrame({c: [ns.get(c, 0)] * len(s) for c in WHAT_IF_COLUMNS} | {"rank": s["rank"], "step": s["step"]})
 
 
 def fp32_kernels() -> pd.DataFrame:
@@ -214,8 +220,8 @@ def test_sync_rule_names_the_blocking_calls_and_their_site() -> None:
     s["sync_calls"] = 3
     sites = pd.DataFrame({"rank": [0, 0], "call": ["cudaMemcpyAsync", "cudaStreamSynchronize"],
                           "site": ["## loss logging ##", ""], "calls": [6, 2], "total_ns": [3_000_000, 1_000_000]})
-    (r,) = evaluate_rules(ctx(s, sync_sites=sites))
-    assert r.id == "sync.host" and "cudaMemcpyAsync in '## loss logging ##'" in r.message
+    (r,) = evaluate_rules(ctx(s, sync_sites=sites, what_if=what_if(s, sync_removed_ns=2_000_000)))
+    assert r.id == "sync.host" and r.saving_ns == 2_000_000 and "cudaMemcpyAsync in '## loss logging ##'" in r.message
     assert r.evidence["blocking_calls"][0] == {"call": "cudaMemcpyAsync", "site": "## loss logging ##", "calls_per_step": 3.0,
                                                "ns_per_step": 1_500_000}
 
@@ -262,3 +268,7 @@ def test_docs_list_every_rule_and_finding() -> None:
     doc = (Path(__file__).resolve().parents[2] / "docs" / "analysis.md").read_text()
     for rid in [r.id for r in RULES] + ["trace.cpu_only", "trace.no_gpu_records", "trace.startup"]:
         assert f"| `{rid}` |" in doc, rid
+    from perfscope.analyzers.savings import MODELS, NO_ESTIMATE
+
+    for model in (*MODELS, NO_ESTIMATE):  # each rule's saving model is stated
+        assert f"`{model}`" in doc, model
