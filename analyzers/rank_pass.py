@@ -71,6 +71,7 @@ from perfscope.analyzers.intervals import (
 )
 from perfscope.analyzers.kernels import launch_row, top_kernels
 from perfscope.analyzers.steps import rank_windows
+from perfscope.analyzers.uvm import migration_intervals, uvm_row
 
 from perfscope.store.reader import Coded
 
@@ -83,6 +84,7 @@ COLUMNS: dict[str, list[str]] = {
     "markers": ["rank", "start_ns", "dur_ns", "name", "device"],
     "steps": ["rank", "step", "start_ns", "dur_ns", "name", "source"],
     "host": ["rank", "start_ns", "dur_ns", "kind", "name"],
+    "uvm": ["rank", "start_ns", "dur_ns", "kind", "bytes", "faults"],
     "collectives": ["rank", "start_ns", "dur_ns", "enqueue_ns", "comm_id", "seq", "func", "bytes", "nranks", "correlation", "kernel_name", "peer"],
 }
 HOST_SYNC_KINDS = ("barrier", "collective_wait", "sync_wait")
@@ -99,7 +101,7 @@ def _is_pcie_memory_kernel(name: str) -> bool:
     return any(w in low for w in _PCIE_WORDS) and PCIE_MEMORY_KERNEL_RE.search(name) is not None
 
 
-RANK_TABLES: tuple[str, ...] = ("kernels", "memcpy", "memset", "sync", "api", "markers", "steps", "host")
+RANK_TABLES: tuple[str, ...] = ("kernels", "memcpy", "memset", "sync", "api", "markers", "steps", "host", "uvm")
 
 
 def read_columns(run: Any, name: str, ranks: list[int] | None, coded: bool = True) -> Columns:
@@ -328,6 +330,7 @@ class RankSummary:
         step_warnings: what finding its steps has to tell the user.
         sync_sites: where its blocking calls come from (:func:`~.api_calls.blocking_sites`:
             per call and call site, count and time); None without blocking calls.
+        uvm: its Unified Memory activity in its steps (:func:`~.uvm.uvm_row`); None without.
     """
 
     rank: int
@@ -342,6 +345,7 @@ class RankSummary:
     copy_kinds: list[str]
     step_warnings: list[str]
     sync_sites: pd.DataFrame | None = None
+    uvm: dict[str, int] | None = None
 
     def nbytes(self) -> int:
         """Size of the summary pickled (what crosses from a worker to the client), bytes."""
@@ -397,6 +401,7 @@ def rank_summary(run: Any, r: int, inputs: RankInputs) -> RankSummary:
     a_sync = blocking_calls(api, t["memcpy"]) if n_api else None
     sync_sites = blocking_sites(r, api, a_sync, t["markers"]) if a_sync is not None and a_sync.any() else None
     layers = _layers(t, gpu, a_sync)
+    uvm = uvm_row(r, t["uvm"], win["start_ns"], win["end_ns"]) if win is not None else None
     del t, gpu, k, api
     steps, wait_layers = None, {}
     if win is not None:
@@ -406,7 +411,7 @@ def rank_summary(run: Any, r: int, inputs: RankInputs) -> RankSummary:
             wait_layers = {name: intersect(merge(*iv), spans) for name, iv in layers.items() if name != "startup"}
     return RankSummary(rank=int(r), steps=steps, wait_layers=wait_layers, gpu_summary=row, kernels=kern,
                        kernel_names=list(names.names), launch=launch_stats, comm_kernels=comm_kernels, copies=copies,
-                       copy_kinds=list(copy_kinds.names), step_warnings=step_warnings, sync_sites=sync_sites)
+                       copy_kinds=list(copy_kinds.names), step_warnings=step_warnings, sync_sites=sync_sites, uvm=uvm)
 
 
 def _layers(t: dict[str, Columns], gpu: dict[str, np.ndarray], a_sync: np.ndarray | None) -> dict[str, Intervals]:
@@ -429,7 +434,8 @@ def _layers(t: dict[str, Columns], gpu: dict[str, np.ndarray], a_sync: np.ndarra
         # Only each layer's union matters to the sweep: keep it merged (bounded memory).
         "compute": merge(*_ivs(g, glayer == LAYER_COMPUTE, "end_ns")),
         "comm": merge(*_ivs(g, glayer == LAYER_COMM, "end_ns")),
-        "pcie": merge(*_ivs(g, glayer == LAYER_PCIE, "end_ns")),
+        # Unified Memory migrations cross the same link as copies.
+        "pcie": merge(*_cat([_ivs(g, glayer == LAYER_PCIE, "end_ns"), migration_intervals(t["uvm"])])),
         "host_sync": _cat([_ivs(t["sync"]), _ivs(host, h_sync), _ivs(api, a_sync)]),
         "dataloader": _cat([_ivs(host, h_dl), _ivs(markers, m_dl)]),
         "startup": merge(*_ivs(api, startup_calls(api) if n_rows(api) else None)),

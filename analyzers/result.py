@@ -81,3 +81,6 @@ class Analysis:
     launch: pd.DataFrame = field(default_factory=pd.DataFrame)
     # copies: one row per (rank, copy_kind, pageable, large): count, bytes, total_ns.
     copies: pd.DataFrame = field(default_factory=pd.DataFrame)
+    # uvm: one row per rank that used Unified Memory inside its steps (analyzers/uvm.py
+    # UVM_COLUMNS: bytes migrated, faults, time); empty otherwise.
+    uvm: pd.DataFrame = field(default_factory=pd.DataFrame)
