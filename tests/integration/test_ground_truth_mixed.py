@@ -4,7 +4,7 @@ Every run in tests/data/h200/mixed/ was recorded by ``perfscope record`` from a
 ``benchmarks/scenarios/mixed_*.py`` workload that measured each of its injected costs itself
 and wrote them to ``<workload>.truth.json`` beside the run (tests/data/h200/README.md,
 "Mixed-cause ground truth").  Over the same step windows (from one ``optimizer.step()`` to
-the next, 9 of them) perfscope must
+the next, 9 of them; the JAX run's are its ``StepTraceAnnotation`` ranges) perfscope must
 
 * put each injection's time in its buckets: ``|bucket share - injected share| <= 3`` points,
   where the step's un-injected remainder (wall minus the injected costs: the tiny model's
@@ -29,9 +29,18 @@ MIXED = Path(__file__).resolve().parents[1] / "data" / "h200" / "mixed"
 TOLERANCE = 3.0  # percentage points
 # The rules' firing thresholds (docs/analysis.md), as a share of the step: an injection under
 # its rule's threshold is not expected to raise the finding.
-THRESHOLD = {"dataloader.workers": 0.05, "copies.pageable": 0.01, "host.overhead": 0.15}
+THRESHOLD = {"dataloader.workers": 0.05, "copies.pageable": 0.01, "host.overhead": 0.15, "pcie.exposed": 0.05}
 
-WORKLOADS = ["loader_h2d", "loader_matmul", "matmul_host", "d2h_host", "loader_h2d_matmul", "host_d2h_loader"]
+# jax_loader_h2d: JAX (no PyTorch), steps from jax.profiler.StepTraceAnnotation.
+WORKLOADS = ["loader_h2d", "loader_matmul", "matmul_host", "d2h_host", "loader_h2d_matmul", "host_d2h_loader",
+             "jax_loader_h2d"]
+
+# Bucket shares perfscope gets wrong on these runs (recorded 2026-12-03), with what it got.
+BUCKETS_MISSED = {
+    "jax_loader_h2d": "pcie+sync 16.9 % against an injected 21.4 % (host 83.1 % against 78.6 %): the script times "
+                      "3.13 ms per jax.device_put + block_until_ready, of which the DMA record is 2.43 ms; the rest is "
+                      "JAX dispatching the transfer and allocating the device buffer on the host, GPU idle: host.",
+}
 
 # Findings perfscope gets wrong on these runs (recorded 2026-12-03), with what it got.
 FINDINGS_MISSED = {
@@ -97,7 +106,7 @@ def test_every_workload_has_its_truth() -> None:
         assert all(w["wall_ms"] > sum(w["costs_ms"].values()) for w in t["windows"])
 
 
-@pytest.mark.parametrize("name", [_case(n, {}) for n in WORKLOADS])
+@pytest.mark.parametrize("name", [_case(n, BUCKETS_MISSED) for n in WORKLOADS])
 def test_buckets_match_injected_shares(name: str) -> None:
     truth, a = _truth(name), _analysis(name)
     assert len(a.steps) == len(truth["windows"])
