@@ -98,23 +98,23 @@ def install(module: ModuleType, steps: JaxSteps, note: Callable[[str], None],
     patches = Patches()
     cls = getattr(module, "StepTraceAnnotation", None)
     if isinstance(cls, type):
-        init, enter, exit_ = cls.__init__, cls.__enter__, cls.__exit__
+        init, enter, exit_ = (getattr(cls, attr) for attr in ("__init__", "__enter__", "__exit__"))
 
-        def __init__(self: Any, name: str, *args: Any, **kwargs: Any) -> None:
+        def init_(self: Any, name: str, *args: Any, **kwargs: Any) -> None:
             steps.named(self, name, kwargs.get("step_num"))
             init(self, name, *args, **kwargs)
 
-        def __enter__(self: Any) -> Any:
+        def enter_(self: Any) -> Any:
             steps.entered(self)
             return enter(self)
 
-        def __exit__(self: Any, *exc: Any) -> Any:
+        def exit__(self: Any, *exc: Any) -> Any:
             try:
                 return exit_(self, *exc)
             finally:
                 steps.exited(self)
 
-        for attr, fn in (("__init__", __init__), ("__enter__", __enter__), ("__exit__", __exit__)):
+        for attr, fn in (("__init__", init_), ("__enter__", enter_), ("__exit__", exit__)):
             patches.replace(cls, attr, fn)
     start_trace = getattr(module, "start_trace", None)
     if callable(start_trace):

@@ -33,7 +33,8 @@ def start_trace(log_dir, **kwargs):
 
 def fake_jax(root: Path) -> Path:
     (root / "jax" / "_src").mkdir(parents=True)
-    (root / "jax" / "__init__.py").write_text("from jax._src import profiler as _profiler\nfrom jax import profiler\n")
+    (root / "jax" / "__init__.py").write_text(
+        "from jax._src import profiler as _profiler\nfrom jax import profiler\n__version__ = '0.0-fake'\n")
     (root / "jax" / "_src" / "__init__.py").write_text("")
     (root / "jax" / "_src" / "profiler.py").write_text(PROFILER)
     (root / "jax" / "profiler.py").write_text(
@@ -59,10 +60,12 @@ def test_step_annotations_become_steps_without_torch(tmp_path: Path) -> None:
     env.pop("PERFSCOPE_RUN_DIR", None)
     run_dir = tmp_path / "run.perfscope"
     proc = subprocess.run([sys.executable, "-m", "perfscope", "record", "-o", str(run_dir), "--no-cupti", "--no-nvml",
-                           "--", sys.executable, str(prog)], capture_output=True, text=True, timeout=120, env=env)
+                           "--", sys.executable, str(prog)], capture_output=True, text=True, timeout=120, env=env, check=False)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "False"  # the recorder did not import torch
-    steps = perfscope.open_run(run_dir).table("steps").sort_values("start_ns")
+    run = perfscope.open_run(run_dir)
+    assert run.rank_meta(0)["versions"]["jax"] == "0.0-fake"
+    steps = run.table("steps").sort_values("start_ns")
     assert list(steps["step"]) == [10, 11, 12, 13, 14]  # an annotation without step_num continues the count
     assert list(steps["name"].astype(str)) == ["train#10", "train#11", "train#12", "train#13", "eval#14"]
     assert set(steps["source"].astype(str)) == {"annotation"}

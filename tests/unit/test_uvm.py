@@ -11,7 +11,7 @@ from perfscope.analyzers import analyze_run
 from perfscope.analyzers.uvm import UVM_COLUMNS, uvm_frame, uvm_row
 from perfscope.collectors.cupti import decode, layouts, uvm
 from perfscope.store import create_run, open_run, update_run, write_rank_meta, write_rank_tables
-from tests.unit.test_cupti_sink import sink  # noqa: F401 - the native sink fixture
+from tests.unit.test_cupti_sink import sink as sink  # the native sink fixture
 
 MS = 1_000_000
 EPOCH = 1_796_000_000_000_000_000
