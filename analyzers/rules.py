@@ -24,6 +24,7 @@ import pandas as pd
 from perfscope.analyzers.comm_families import COMM_ADVICE, COMM_FAMILY_SHARE, comm_mix
 from perfscope.analyzers.context import HardwareContext
 from perfscope.analyzers.result import Recommendation
+from perfscope.analyzers import uvm as _uvm  # noqa: F401 - registers the uvm.migrations rule
 from perfscope.analyzers.rule_context import (
     DEFAULT_THRESHOLDS,
     EXPECTED_BUSBW_GBPS,
@@ -143,36 +144,6 @@ def pcie_rule(ctx: RuleContext) -> Recommendation | None:
         pcie,
         "batch = batch.to('cuda', non_blocking=True) from pinned memory, prefetched one step ahead "
         "(e.g. a CUDA-stream prefetcher); move .cpu()/.item() logging out of the step",
-    )
-
-
-@rule("uvm.migrations", "pcie")
-def uvm_rule(ctx: RuleContext) -> Recommendation | None:
-    """Fires when Unified Memory migrations and GPU fault service take >= 2 % of the median
-    step (per step of the median rank). Saving: that time less what one bulk prefetch of the
-    same bytes takes at ``uvm_prefetch_gbps`` (prefetched pages move in large transfers ahead
-    of use instead of fault by fault)."""
-    u = ctx.uvm
-    if u is None or len(u) == 0:
-        return None
-    steps = np.maximum(u["steps"].to_numpy(float), 1)
-    per_step = {c: float(np.median(u[c].to_numpy(float) / steps)) for c in
-                ("uvm_ns", "migration_ns", "gpu_fault_ns", "htod_bytes", "dtoh_bytes", "cpu_faults", "gpu_faults")}
-    t = per_step["uvm_ns"]
-    if ctx.share(t) < ctx.th("uvm_share"):
-        return None
-    moved = per_step["htod_bytes"] + per_step["dtoh_bytes"]
-    bulk_ns = moved / ctx.th("uvm_prefetch_gbps")  # bytes / (GB/s) = ns
-    return _rec(
-        ctx, "uvm.migrations", "pcie", "Unified Memory pages migrate on demand",
-        f"Each step migrates {per_step['htod_bytes'] / 2**20:.1f} MiB to the GPU and {per_step['dtoh_bytes'] / 2**20:.1f} MiB "
-        f"back through page faults ({per_step['cpu_faults']:,.0f} CPU and {per_step['gpu_faults']:,.0f} GPU faults); "
-        f"migrating and serving faults takes {_pct(ctx.share(t))} of the step ({_ms(t)}). Prefetch managed memory to "
-        "the processor that uses it next and advise where it lives, so pages move in bulk ahead of use.",
-        {**{f"{k}_per_step": round(v) for k, v in per_step.items()}, "prefetch_estimate_ns": round(bulk_ns)},
-        max(0.0, t - bulk_ns),
-        "cudaMemPrefetchAsync(ptr, nbytes, device, stream) before the kernels that touch it (and to cudaCpuDeviceId "
-        "before host access); cudaMemAdvise(ptr, nbytes, cudaMemAdviseSetPreferredLocation, device)",
     )
 
 

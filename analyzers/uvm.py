@@ -1,4 +1,5 @@
-"""Unified Memory: what page migrations and faults cost a rank's steps (the ``uvm`` table).
+"""Unified Memory: what page migrations and faults cost a rank's steps (the ``uvm`` table),
+and the advice rule that reads it (``uvm.migrations``, registered with the other rules).
 
 Migrations (``htod``, ``dtoh``, ``dtod`` rows) move pages across the host link or between
 devices, so their time joins the copies in the ``pcie`` layer of the breakdown (a migration
@@ -14,6 +15,8 @@ import pandas as pd
 from perfscope.analyzers.classify import name_values
 from perfscope.analyzers.columns import Columns, n_rows
 from perfscope.analyzers.intervals import I64, as_i64, covered_ns, filled_i64, merge
+from perfscope.analyzers.result import Recommendation
+from perfscope.analyzers.rule_context import RuleContext, _ms, _pct, _rec, rule
 
 MIGRATION_KINDS: tuple[str, ...] = ("htod", "dtoh", "dtod")
 #: one row per rank: the rank's Unified Memory activity inside its step windows
@@ -85,4 +88,34 @@ def uvm_frame(rows: list[dict[str, int]]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=list(UVM_COLUMNS)).sort_values("rank", kind="stable").reset_index(drop=True).astype("int64")
 
 
-__all__ = ["MIGRATION_KINDS", "UVM_COLUMNS", "migration_intervals", "uvm_row", "uvm_frame"]
+@rule("uvm.migrations", "pcie")
+def uvm_rule(ctx: RuleContext) -> Recommendation | None:
+    """Fires when Unified Memory migrations and GPU fault service take >= 2 % of the median
+    step (per step of the median rank). Saving: that time less what one bulk prefetch of the
+    same bytes takes at ``uvm_prefetch_gbps`` (prefetched pages move in large transfers ahead
+    of use instead of fault by fault)."""
+    u = ctx.uvm
+    if u is None or len(u) == 0:
+        return None
+    steps = np.maximum(u["steps"].to_numpy(float), 1)
+    per_step = {c: float(np.median(u[c].to_numpy(float) / steps)) for c in
+                ("uvm_ns", "migration_ns", "gpu_fault_ns", "htod_bytes", "dtoh_bytes", "cpu_faults", "gpu_faults")}
+    t = per_step["uvm_ns"]
+    if ctx.share(t) < ctx.th("uvm_share"):
+        return None
+    moved = per_step["htod_bytes"] + per_step["dtoh_bytes"]
+    bulk_ns = moved / ctx.th("uvm_prefetch_gbps")  # bytes / (GB/s) = ns
+    return _rec(
+        ctx, "uvm.migrations", "pcie", "Unified Memory pages migrate on demand",
+        f"Each step migrates {per_step['htod_bytes'] / 2**20:.1f} MiB to the GPU and {per_step['dtoh_bytes'] / 2**20:.1f} MiB "
+        f"back through page faults ({per_step['cpu_faults']:,.0f} CPU and {per_step['gpu_faults']:,.0f} GPU faults); "
+        f"migrating and serving faults takes {_pct(ctx.share(t))} of the step ({_ms(t)}). Prefetch managed memory to "
+        "the processor that uses it next and advise where it lives, so pages move in bulk ahead of use.",
+        {**{f"{k}_per_step": round(v) for k, v in per_step.items()}, "prefetch_estimate_ns": round(bulk_ns)},
+        max(0.0, t - bulk_ns),
+        "cudaMemPrefetchAsync(ptr, nbytes, device, stream) before the kernels that touch it (and to cudaCpuDeviceId "
+        "before host access); cudaMemAdvise(ptr, nbytes, cudaMemAdviseSetPreferredLocation, device)",
+    )
+
+
+__all__ = ["MIGRATION_KINDS", "UVM_COLUMNS", "migration_intervals", "uvm_row", "uvm_frame", "uvm_rule"]
