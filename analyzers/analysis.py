@@ -56,6 +56,7 @@ from perfscope.analyzers.rules import RuleContext, evaluate_rules
 from perfscope.analyzers.sources import RunLike
 from perfscope.analyzers.steps import WINDOW_COLUMNS
 from perfscope.analyzers.stragglers import rank_stragglers, reliable_matches
+from perfscope.analyzers.uvm import uvm_frame
 
 from perfscope.errors import UsageError
 
@@ -123,17 +124,19 @@ def analyze_run(run: RunLike, config: AnalysisConfig | None = None, progress: Pr
     summary = summary_frame([s.gpu_summary for s in summaries if s.gpu_summary is not None])
 
     say("running rules")
+    uvm = uvm_frame([s.uvm for s in summaries if s.uvm is not None])
     sync_sites = [s.sync_sites for s in summaries if s.sync_sites is not None]
     what_if = _what_if(summaries)
     ctx = RuleContext(
         steps=steps, gpu_summary=summary, kernels=kern, launch=launch, collectives=coll,
         stragglers=stragglers, copies=copies, meta=meta, world_size=world_size or len(all_ranks),
         thresholds=dict(cfg.rule_thresholds), sync_sites=_concat(sync_sites) if sync_sites else None, what_if=what_if,
+        uvm=uvm,
     )
     recs = evaluate_rules(ctx)
     return Analysis(
         steps=steps, gpu_summary=summary, kernels=kern, collectives=coll, stragglers=stragglers,
-        recommendations=recs, warnings=warnings, meta=meta, launch=launch, copies=copies, what_if=what_if,
+        recommendations=recs, warnings=warnings, meta=meta, launch=launch, copies=copies, what_if=what_if, uvm=uvm,
         **_operator_view(summaries, cfg.top_operators),
     )
 

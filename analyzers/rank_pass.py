@@ -75,6 +75,7 @@ from perfscope.analyzers.kernels import launch_row, top_kernels
 from perfscope.analyzers.operators import READ_COLUMNS, launch_operators, parents, rank_call_sites, rank_operators
 from perfscope.analyzers.savings import pageable_copy_columns, sync_removed
 from perfscope.analyzers.steps import rank_windows
+from perfscope.analyzers.uvm import migration_intervals, uvm_row
 
 from perfscope.store.reader import Coded
 
@@ -88,6 +89,7 @@ COLUMNS: dict[str, list[str]] = {
     "steps": ["rank", "step", "start_ns", "dur_ns", "name", "source"],
     "host": ["rank", "start_ns", "dur_ns", "kind", "name"],
     "operators": list(READ_COLUMNS),
+    "uvm": ["rank", "start_ns", "dur_ns", "kind", "bytes", "faults"],
     "collectives": ["rank", "start_ns", "dur_ns", "enqueue_ns", "comm_id", "seq", "func", "bytes", "nranks", "correlation", "kernel_name", "peer"],
 }
 HOST_SYNC_KINDS = ("barrier", "collective_wait", "sync_wait")
@@ -104,7 +106,7 @@ def _is_pcie_memory_kernel(name: str) -> bool:
     return any(w in low for w in _PCIE_WORDS) and PCIE_MEMORY_KERNEL_RE.search(name) is not None
 
 
-RANK_TABLES: tuple[str, ...] = ("kernels", "memcpy", "memset", "sync", "api", "markers", "steps", "host")
+RANK_TABLES: tuple[str, ...] = ("kernels", "memcpy", "memset", "sync", "api", "markers", "steps", "host", "uvm")
 
 
 def read_columns(run: Any, name: str, ranks: list[int] | None, coded: bool = True) -> Columns:
@@ -340,6 +342,7 @@ class RankSummary:
             (:func:`~.operators.launch_operators`), or None.
         what_if: per row of ``steps`` (same order), what the saving models of
             :mod:`.savings` need beyond the buckets (:func:`what_if_rows`); None without steps.
+        uvm: its Unified Memory activity in its steps (:func:`~.uvm.uvm_row`); None without.
     """
 
     rank: int
@@ -358,6 +361,7 @@ class RankSummary:
     operator_sites: pd.DataFrame | None = None
     launch_operators: pd.DataFrame | None = None
     what_if: pd.DataFrame | None = None
+    uvm: dict[str, int] | None = None
 
     def nbytes(self) -> int:
         """Size of the summary pickled (what crosses from a worker to the client), bytes."""
@@ -419,6 +423,7 @@ def rank_summary(run: Any, r: int, inputs: RankInputs) -> RankSummary:
     op_view = _operator_view(r, ops, api, a_sync, win) if n_rows(ops) else {}
     big_pageable, copies_what_if = _large_pageable(t["memcpy"])
     layers = _layers(t, gpu, a_sync, _copy_calls(api, t["memcpy"], big_pageable))
+    uvm = uvm_row(r, t["uvm"], win["start_ns"], win["end_ns"]) if win is not None else None
     del t, gpu, k, api
     steps, wait_layers, what_if = None, {}, None
     if win is not None:
@@ -429,7 +434,7 @@ def rank_summary(run: Any, r: int, inputs: RankInputs) -> RankSummary:
             wait_layers = {name: intersect(merge(*iv), spans) for name, iv in layers.items() if name in LAYERS}
     return RankSummary(rank=int(r), steps=steps, wait_layers=wait_layers, gpu_summary=row, kernels=kern,
                        kernel_names=list(names.names), launch=launch_stats, comm_kernels=comm_kernels, copies=copies,
-                       copy_kinds=list(copy_kinds.names), step_warnings=step_warnings, sync_sites=sync_sites, what_if=what_if,
+                       copy_kinds=list(copy_kinds.names), step_warnings=step_warnings, sync_sites=sync_sites, what_if=what_if, uvm=uvm,
                        **op_view)
 
 
@@ -504,7 +509,8 @@ def _layers(t: dict[str, Columns], gpu: dict[str, np.ndarray], a_sync: np.ndarra
         # Only each layer's union matters to the sweep: keep it merged (bounded memory).
         "compute": merge(*_ivs(g, glayer == LAYER_COMPUTE, "end_ns")),
         "comm": merge(*_ivs(g, glayer == LAYER_COMM, "end_ns")),
-        "pcie": merge(*_ivs(g, glayer == LAYER_PCIE, "end_ns")),
+        # Unified Memory migrations cross the same link as copies.
+        "pcie": merge(*_cat([_ivs(g, glayer == LAYER_PCIE, "end_ns"), migration_intervals(t["uvm"])])),
         "host_sync": _cat([_ivs(t["sync"]), _ivs(host, h_sync), _ivs(api, a_sync)]),
         "blocking": merge(*_cat([_ivs(t["sync"]), _ivs(host, h_sync),
                                  _ivs(api, a_sync & ~copy_calls if a_sync is not None else None)])),

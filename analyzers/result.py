@@ -99,3 +99,6 @@ class Analysis:
     # beyond the buckets (WHAT_IF_COLUMNS: ns saved if the host never blocked, the step's
     # large pageable copies' time, bytes and count); analyzers/savings.py.
     what_if: pd.DataFrame = field(default_factory=pd.DataFrame)
+    # uvm: one row per rank that used Unified Memory inside its steps (analyzers/uvm.py
+    # UVM_COLUMNS: bytes migrated, faults, time); empty otherwise.
+    uvm: pd.DataFrame = field(default_factory=pd.DataFrame)

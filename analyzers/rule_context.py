@@ -28,6 +28,8 @@ DEFAULT_THRESHOLDS: dict[str, float] = {
     "busbw_fraction": 0.25,       # measured busbw below this fraction of the link's expectation
     "busbw_min_bytes": 1 << 20,   # only judge bandwidth on messages of at least 1 MiB
     "startup_share": 0.5,         # start-up API calls cover half the median window: not a training step
+    "uvm_share": 0.02,            # Unified Memory migrations / fault service per step / step
+    "uvm_prefetch_gbps": 25.0,    # what a bulk prefetch moves per second (a PCIe 4 x16 link's copy rate)
 }
 
 # Rough bus bandwidth a healthy link reaches on large messages, GB/s (nccl-tests busbw).
@@ -41,6 +43,7 @@ class RuleContext:
         steps: the breakdown (``Analysis.steps``).
         gpu_summary, kernels, launch, collectives, stragglers, copies: the other tables.
         sync_sites: the blocking API calls per (rank, call, site) (:func:`~.api_calls.blocking_sites`), or None.
+        uvm: Unified Memory activity per rank (:func:`~.uvm.uvm_frame`), or None.
         meta: run metadata (``environment``, ``ranks``...).
         world_size: ranks in the job.
         thresholds: overrides of :data:`DEFAULT_THRESHOLDS`.
@@ -59,6 +62,7 @@ class RuleContext:
     cache: dict[str, Any] = field(default_factory=dict)  # values several rules share
     sync_sites: pd.DataFrame | None = None  # blocking calls by (call, site): api_calls.blocking_sites
     what_if: pd.DataFrame | None = None  # per row of steps: Analysis.what_if (savings.py's inputs)
+    uvm: pd.DataFrame | None = None  # Unified Memory per rank: analyzers/uvm.py UVM_COLUMNS
 
     @property
     def hw(self) -> HardwareContext:

@@ -38,6 +38,7 @@ from perfscope.analyzers.savings import (
     pinned_bandwidth,
     pinned_copies,
 )
+from perfscope.analyzers import uvm as _uvm  # noqa: F401 - registers the uvm.migrations rule
 from perfscope.analyzers.rule_context import (
     DEFAULT_THRESHOLDS,
     EXPECTED_BUSBW_GBPS,

@@ -28,7 +28,7 @@ NO_ESTIMATE = "none"  # the saving_model of a finding that claims no saving
 # directly (launch.bound's launch gaps, comm.straggler's waits of the other ranks).
 MODELS: tuple[str, ...] = ("loader_wait_removed", "host_idle_removed", "comm_overlapped", "comm_compressed",
                            "copies_overlapped", "pinned_copies", "bandwidth_restored", "fp32_on_tensor_cores",
-                           "sync_removed", "launch_gaps_removed", "straggler_wait_removed")
+                           "sync_removed", "launch_gaps_removed", "straggler_wait_removed", "uvm_prefetched")
 
 # PCIe payload rate per lane and direction, GB/s, by generation (after 8b/10b or 128b/130b
 # encoding); a DMA copy from pinned memory reaches about 80 % of the link (measured with

@@ -61,9 +61,13 @@ def gpu_info() -> dict[str, Any]:
 
 
 def versions() -> dict[str, Any]:
-    """Return the versions that matter for reading a trace (python always; torch, its CUDA
-    and NCCL once torch is imported; the CUDA driver when torch has initialised CUDA)."""
+    """Return the versions that matter for reading a trace (python always; jax once it is
+    imported; torch, its CUDA and NCCL once torch is imported; the CUDA driver when torch
+    has initialised CUDA)."""
     out: dict[str, Any] = {"python": platform.python_version()}
+    jax = sys.modules.get("jax")
+    if jax is not None and isinstance(getattr(jax, "__version__", None), str):  # read, never imported here
+        out["jax"] = jax.__version__
     torch = imported_torch()
     if torch is None:
         return out

@@ -24,11 +24,10 @@ step hook); the script writes every window's wall time and injected costs to
 """
 from __future__ import annotations
 
-import json
-import os
 import time
 
 import common
+import mixed_truth
 import torch
 from torch.utils.data import DataLoader, Dataset
 
@@ -143,19 +142,7 @@ class Workload:
 
 def write_truth(name: str, spec: dict[str, float], windows: list[dict]) -> None:
     """Write the measured costs and the injected share of each bucket group as JSON."""
-    wall = sum(w["wall_ms"] for w in windows)
-    components = []
-    for kind, size in spec.items():
-        buckets, finding = KINDS[kind]
-        cost = sum(w["costs_ms"][kind] for w in windows)
-        components.append({"kind": kind, "size": size, "buckets": buckets, "finding": finding,
-                           "cost_ms": cost, "share": cost / wall})
-    truth = {"workload": name, "gpu": torch.cuda.get_device_name(0), "torch": torch.__version__,
-             "wall_ms": wall, "windows": windows,
-             "components": sorted(components, key=lambda c: -c["cost_ms"])}
-    path = os.environ.get("MIXED_TRUTH", f"{name}.truth.json")
-    with open(path, "w") as f:
-        json.dump(truth, f, indent=1)
+    mixed_truth.write_truth(name, spec, windows, KINDS, {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__})
 
 
 def main(name: str, spec: dict[str, float]) -> None:

@@ -1,4 +1,5 @@
-"""CUPTI activity collector: kernels, copies, memsets, syncs, launch/copy/sync API calls, NVTX.
+"""CUPTI activity collector: kernels, copies, memsets, syncs, launch/copy/sync API calls, NVTX,
+Unified Memory migrations and page faults.
 
 Interface (used by ``perfscope.profile`` and ``perfscope record``)::
 
@@ -9,7 +10,7 @@ Interface (used by ``perfscope.profile`` and ``perfscope record``)::
 
     class CuptiCollector:
         def __init__(self, writer: RankWriter, *,
-                     kinds=("kernel", "memcpy", "memset", "sync", "runtime", "driver", "nvtx"),
+                     kinds=("kernel", "memcpy", "memset", "sync", "runtime", "driver", "nvtx", "uvm"),
                      buffer_mb: int = 8, api_source: str | None = None): ...
         def start(self) -> None
             Raises CuptiUnavailableError (perfscope.errors) when CUPTI is absent or held by
@@ -17,7 +18,7 @@ Interface (used by ``perfscope.profile`` and ``perfscope record``)::
             enabled after the error.
         def flush(self) -> None
             cuptiActivityFlushAll(0), then hands the decoded rows to ``writer.append`` for
-            the tables kernels, memcpy, memset, sync, api and markers.  Thread-safe; call it
+            the tables kernels, memcpy, memset, sync, api, uvm and markers.  Thread-safe; call it
             periodically (e.g. every writer flush interval).
         def stop(self) -> dict
             Synchronises the current context, flushes (forced), disables the kinds and

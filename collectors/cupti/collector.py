@@ -25,7 +25,7 @@ import numpy as np
 
 from pathlib import Path
 
-from perfscope.collectors.cupti import cbids, decode, layouts, probe
+from perfscope.collectors.cupti import cbids, decode, layouts, probe, uvm
 from perfscope.collectors.base import Writer
 from perfscope.collectors.cupti.decoder import RecordStream
 from perfscope.collectors.cupti.native import Sink
@@ -41,10 +41,12 @@ KINDS: dict[str, tuple[int, ...]] = {
     "driver": (layouts.KIND_DRIVER,),
     "nvtx": (layouts.KIND_MARKER,),
     "overhead": (layouts.KIND_OVERHEAD,),
+    "uvm": (layouts.KIND_UNIFIED_MEMORY_COUNTER,),
 }
 # "driver" too: cuBLAS, cuDNN and Triton launch through the driver API (cuLaunchKernelEx),
 # so without it their kernels (the GEMMs) link to no launching call.
-DEFAULT_KINDS = ("kernel", "memcpy", "memset", "sync", "runtime", "driver", "nvtx")
+# "uvm": Unified Memory migrations and page faults; a job without managed memory gets no records.
+DEFAULT_KINDS = ("kernel", "memcpy", "memset", "sync", "runtime", "driver", "nvtx", "uvm")
 #: Where API records come from: ``callback``, the sink's own CUPTI callback for just the
 #: launch/copy/sync ids (falls back to ``activity`` when it cannot subscribe), or
 #: ``activity``, CUPTI's RUNTIME/DRIVER activity kinds filtered per id.
@@ -82,8 +84,10 @@ class CuptiCollector:
         kinds: any of ``kernel``, ``memcpy`` (incl. peer copies), ``memset``, ``sync``,
             ``runtime`` (runtime API calls that launch, copy or synchronise), ``driver``
             (the same for driver API calls: Triton launches), ``nvtx`` (NVTX ranges; needs
-            NVTX routed to CUPTI, see :func:`nvtx_injection_env`), ``overhead`` (CUPTI's
-            own overhead records, summarised in :meth:`stop`'s statistics only).
+            NVTX routed to CUPTI, see :func:`nvtx_injection_env`), ``uvm`` (Unified Memory
+            migrations and page faults, armed once a CUDA context exists: :mod:`.uvm`),
+            ``overhead`` (CUPTI's own overhead records, summarised in :meth:`stop`'s
+            statistics only).
         buffer_mb: size of each activity buffer handed to CUPTI.
         max_buffers: buffers CUPTI may hold at once (past it records are dropped and counted).
         max_pending_mb: records waiting in the sink between flushes (past it: dropped, counted).
@@ -143,6 +147,7 @@ class CuptiCollector:
         self._sink: Sink | None = None
         self._enabled: list[int] = []
         self._subscriber: int | None = None
+        self._uvm: uvm.UvmCounters | None = None
         self._native_subscriber = False
         self._api_from_callback = False
         self._lock = threading.Lock()
@@ -287,6 +292,8 @@ class CuptiCollector:
         if rc != 0:
             raise CuptiUnavailableError(f"cuptiActivityRegisterCallbacks failed (CUPTI error {rc})")
         for k in self._cupti_kinds:
+            if k == layouts.KIND_UNIFIED_MEMORY_COUNTER:
+                continue  # armed below, once a CUDA context exists
             if self._native_subscriber and k in _API_DOMAIN:
                 refused = sink.enable_api(_API_DOMAIN[k], cbids.RUNTIME if k == layouts.KIND_RUNTIME else cbids.DRIVER)
                 if refused:
@@ -301,6 +308,9 @@ class CuptiCollector:
                 ) from None
             self._enabled.append(k)
         self._filter_api(cupti)
+        if layouts.KIND_UNIFIED_MEMORY_COUNTER in self._cupti_kinds:
+            self._uvm = uvm.UvmCounters(cupti, self._warn_once)
+            self._uvm.start()
         self._clock = probe.check_clock(cupti.get_timestamp)
         self.clock_offset_ns = self._clock.offset_ns
         if self.segment_dir is not None:
@@ -416,6 +426,8 @@ class CuptiCollector:
 
     def _teardown(self, cupti: Any) -> None:
         """Disable what start() enabled and give up the subscriber slot (no finalize)."""
+        if self._uvm is not None:
+            self._uvm.stop()
         for k in self._enabled:
             try:
                 cupti.activity_disable(k)
@@ -475,6 +487,7 @@ class CuptiCollector:
             },
             "clock": clock,
             "kinds": list(self.kinds),
+            **({"uvm_counters": self._uvm.state()} if self._uvm is not None else {}),
             "strings": int(s["strings"]),
             "libcupti": path,
             "cupti_version": probe.cupti_version(path) if path else None,
@@ -508,6 +521,11 @@ _STRINGS = decode.StringTable()
 #: the collector recording in this process (at most one: the sink and CUPTI are per process)
 _ACTIVE: list[CuptiCollector] = []
 _ACTIVE_LOCK = threading.Lock()
+
+
+def recording() -> bool:
+    """True while a CuptiCollector records in this process."""
+    return bool(_ACTIVE)
 
 
 def _release(coll: CuptiCollector) -> None:

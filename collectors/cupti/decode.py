@@ -430,6 +430,44 @@ def decode_markers(rec: Records, strings: StringTable, offset_ns: int = 0, state
     })
 
 
+def decode_uvm(rec: Records, offset_ns: int = 0) -> pa.Table:
+    """Unified-memory counter records (``layouts.UVM``) -> rows of the ``uvm`` table.
+
+    Returns:
+        columns of ``uvm``: ``bytes`` for migrations (htod, dtoh, dtod), ``faults`` for page
+        faults (1 per CPU fault, an instant with ``dur_ns`` 0; the group's count for GPU
+        faults), ``cause`` from the record's flags (migration cause, or fault access type).
+    """
+    rec = _timed(rec)
+    ck = rec["counter_kind"].astype(np.int64)
+    start = rec["start"].astype(np.int64)
+    end = rec["end"].astype(np.int64)
+    instant = end == 0  # CPU page faults carry one timestamp
+    bad = ~instant & (end < start)
+    dur = np.where(instant | bad, 0, end - start)
+    transfer = np.isin(ck, layouts.UVM_TRANSFER_KINDS)
+    cpu_fault, gpu_fault = ck == layouts.UVM_CPU_PAGE_FAULT, ck == layouts.UVM_GPU_PAGE_FAULT
+    faults = np.where(cpu_fault, 1, rec["value"].astype(np.int64))
+    flags = rec["flags"].astype(np.int64)
+    # One vocabulary for both meanings of the flags: causes at their value, accesses after them.
+    n_causes = max(layouts.UVM_MIGRATION_CAUSES) + 1
+    vocab = {**layouts.UVM_MIGRATION_CAUSES, **{n_causes + k: v for k, v in layouts.UVM_ACCESS_TYPES.items()}}
+    fault = cpu_fault | gpu_fault
+    cause = _vocab(np.where(fault, n_causes + flags, flags), vocab, "unknown")
+    none = ~(transfer | fault)  # thrashing, throttling, remote maps: no cause
+    if none.any():
+        cause = pa.DictionaryArray.from_arrays(pa.array(cause.indices.to_numpy(zero_copy_only=False), mask=none), cause.dictionary)
+    return _table("uvm", {
+        "start_ns": _i64(start + offset_ns), "dur_ns": _i64(dur, bad if bad.any() else None),
+        "kind": _vocab(ck, layouts.UVM_COUNTER_KINDS, "unknown"),
+        "bytes": _i64(rec["value"], ~transfer), "faults": _i64(faults, ~fault),
+        "address": _i64(rec["address"].astype(np.uint64).view(np.int64)),
+        "src_id": _i32(rec["src_id"]), "dst_id": _i32(rec["dst_id"]),
+        "stream": _i64(rec["stream_id"]),
+        "cause": cause,
+    })
+
+
 def summarize_overhead(rec: Records) -> dict[str, dict[str, int]]:
     """CUPTI OVERHEAD records -> ``{overhead kind: {"count": n, "ns": total duration}}``."""
     out: dict[str, dict[str, int]] = {}
@@ -469,14 +507,14 @@ def decode_all(
 
     Args:
         raw: ``{"kernel": ..., "memcpy", "memcpy2", "memset", "sync", "runtime", "driver",
-            "marker"}``, each raw record bytes, a structured array or Columns; missing
+            "marker", "uvm"}``, each raw record bytes, a structured array or Columns; missing
             names are treated as empty.
         context_device: updated in place with the contexts seen here (for ``sync``).
         marker_state: carries unmatched NVTX range starts across drains.
 
     Returns:
         ``{table name: pyarrow.Table}`` for ``kernels``, ``memcpy``, ``memset``, ``sync``,
-        ``api`` and ``markers`` (empty tables are left out).
+        ``api``, ``uvm`` and ``markers`` (empty tables are left out).
     """
     def get(name: str) -> Columns:
         lay = layouts.BY_NAME[name]
@@ -505,6 +543,9 @@ def decode_all(
         out["sync"] = decode_sync(sync, offset_ns, context_device=cmap, api=api)
     if len(api):
         out["api"] = decode_api(api, offset_ns)
+    uvm = get("uvm")
+    if len(uvm):
+        out["uvm"] = decode_uvm(uvm, offset_ns)
     markers = get("marker")
     if len(markers) or (marker_state is not None and len(marker_state.pending)):
         out["markers"] = decode_markers(markers, strings, offset_ns, marker_state)
@@ -524,6 +565,6 @@ def counts(raw: Mapping[str, Any]) -> dict[str, int]:
 
 __all__: Sequence[str] = [
     "records", "Columns", "as_columns", "demangle", "StringTable", "MarkerState", "decode_kernels", "decode_memcpy",
-    "decode_memset", "decode_sync", "decode_api", "decode_markers", "summarize_overhead", "context_devices",
+    "decode_memset", "decode_sync", "decode_api", "decode_markers", "decode_uvm", "summarize_overhead", "context_devices",
     "decode_all", "counts",
 ]

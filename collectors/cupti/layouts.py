@@ -32,6 +32,7 @@ KIND_CONCURRENT_KERNEL = 10
 KIND_MARKER = 12
 KIND_OVERHEAD = 17
 KIND_MEMCPY2 = 22
+KIND_UNIFIED_MEMORY_COUNTER = 25
 KIND_SYNCHRONIZATION = 38
 
 
@@ -108,6 +109,17 @@ OVERHEAD = _dtype(56, [
     ("start", "<u8", 24), ("end", "<u8", 32), ("correlation_id", "<u4", 40),
 ])
 
+#: CUpti_ActivityUnifiedMemoryCounter3 (104 bytes).  ``value`` is bytes for transfers, the
+#: fault count of a GPU fault group, and the faulting program counter for a CPU page
+#: fault (whose ``end`` is 0); ``flags`` is the migration cause of a transfer and the
+#: access type of a fault.
+UVM = _dtype(104, [
+    ("kind", "<i4", 0), ("counter_kind", "<i4", 4), ("value", "<u8", 8),
+    ("start", "<u8", 16), ("end", "<u8", 24), ("address", "<u8", 32),
+    ("src_id", "<u4", 40), ("dst_id", "<u4", 44), ("stream_id", "<u4", 48),
+    ("process_id", "<u4", 52), ("flags", "<u4", 56),
+])
+
 
 @dataclass(frozen=True)
 class RecordLayout:
@@ -136,6 +148,7 @@ LAYOUTS: dict[int, RecordLayout] = {
     KIND_DRIVER: RecordLayout(KIND_DRIVER, "driver", API),
     KIND_MARKER: RecordLayout(KIND_MARKER, "marker", MARKER, ("name", "domain")),
     KIND_OVERHEAD: RecordLayout(KIND_OVERHEAD, "overhead", OVERHEAD),
+    KIND_UNIFIED_MEMORY_COUNTER: RecordLayout(KIND_UNIFIED_MEMORY_COUNTER, "uvm", UVM),
 }
 
 #: layout by short name (``kernel``, ``memcpy``, ...)
@@ -162,3 +175,17 @@ OVERHEAD_KINDS = {0: "unknown", 1: "driver_compiler", 1 << 16: "cupti_buffer_flu
                   4 << 16: "runtime_triggered_module_loading", 5 << 16: "lazy_function_loading",
                   6 << 16: "command_buffer_full", 7 << 16: "activity_buffer_request",
                   8 << 16: "uvm_activity_init"}
+# CUpti_ActivityUnifiedMemoryCounterKind -> store vocabulary (uvm.kind column).
+UVM_COUNTER_KINDS = {0: "unknown", 1: "htod", 2: "dtoh", 3: "cpu_page_fault", 4: "gpu_page_fault",
+                     5: "thrashing", 6: "throttling", 7: "remote_map", 8: "dtod"}
+#: counter kinds that move bytes between processors (``value`` is bytes): migrations
+UVM_TRANSFER_KINDS = (1, 2, 8)
+UVM_CPU_PAGE_FAULT, UVM_GPU_PAGE_FAULT = 3, 4
+# CUpti_ActivityUnifiedMemoryMigrationCause (flags of a transfer) and
+# CUpti_ActivityUnifiedMemoryAccessType (flags of a fault) -> uvm.cause column.
+UVM_MIGRATION_CAUSES = {0: "unknown", 1: "user", 2: "coherence", 3: "prefetch", 4: "eviction", 5: "access_counters"}
+UVM_ACCESS_TYPES = {0: "unknown", 1: "read", 2: "write", 3: "atomic", 4: "prefetch"}
+#: CUpti_ActivityUnifiedMemoryCounterScope PROCESS_SINGLE_DEVICE
+UVM_SCOPE_SINGLE_DEVICE = 1
+#: CUpti_ActivityUnifiedMemoryCounterConfig {scope, kind, deviceId, enable} (16 bytes)
+UVM_CONFIG = np.dtype([("scope", "<i4"), ("kind", "<i4"), ("device_id", "<u4"), ("enable", "<u4")])

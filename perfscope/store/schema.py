@@ -238,6 +238,18 @@ PROXY = _register(Table("proxy", "One row per NCCL proxy operation or network st
     _c("recv_gpu_wait_ns", I64, "ns", "step waited for the GPU to consume the received data"),
 )))
 
+UVM = _register(Table("uvm", "One row per Unified Memory event CUPTI counted: a migration, a page fault (group), thrashing or throttling.", (
+    *_time_cols("event (0 for a CPU page fault, an instant)"),
+    _c("kind", STR, "", "htod, dtoh, dtod (migrations), cpu_page_fault, gpu_page_fault, thrashing, throttling, remote_map", True),
+    _c("bytes", I64, "bytes", "bytes migrated (migrations), else null"),
+    _c("faults", I64, "", "page faults counted: 1 per CPU fault, the group's count for a GPU fault group, else null"),
+    _c("address", I64, "", "virtual address of the first page involved"),
+    _c("src_id", I32, "", "source processor of a migration (device ordinal or CPU id)"),
+    _c("dst_id", I32, "", "destination processor of a migration (device ordinal or CPU id)"),
+    _c("stream", I64, "", "CUDA stream of the event, when known"),
+    _c("cause", STR, "", "migration cause (user, coherence, prefetch, eviction, access_counters) or fault access (read, write, atomic, prefetch)", True),
+)))
+
 TABLE_NAMES: tuple[str, ...] = tuple(TABLES)
 
 

@@ -4,7 +4,7 @@ Every run in tests/data/h200/mixed/ was recorded by ``perfscope record`` from a
 ``benchmarks/scenarios/mixed_*.py`` workload that measured each of its injected costs itself
 and wrote them to ``<workload>.truth.json`` beside the run (tests/data/h200/README.md,
 "Mixed-cause ground truth").  Over the same step windows (from one ``optimizer.step()`` to
-the next, 9 of them) perfscope must
+the next, 9 of them; the JAX run's are its ``StepTraceAnnotation`` ranges) perfscope must
 
 * put each injection's time in its buckets: ``|bucket share - injected share| <= 3`` points,
   where the step's un-injected remainder (wall minus the injected costs: the tiny model's
@@ -28,9 +28,23 @@ MIXED = Path(__file__).resolve().parents[1] / "data" / "h200" / "mixed"
 TOLERANCE = 3.0  # percentage points
 # The rules' firing thresholds (docs/analysis.md), as a share of the step: an injection under
 # its rule's threshold is not expected to raise the finding.
-THRESHOLD = {"dataloader.workers": 0.05, "copies.pageable": 0.01, "host.overhead": 0.15}
+THRESHOLD = {"dataloader.workers": 0.05, "copies.pageable": 0.01, "host.overhead": 0.15, "pcie.exposed": 0.05}
 
-WORKLOADS = ["loader_h2d", "loader_matmul", "matmul_host", "d2h_host", "loader_h2d_matmul", "host_d2h_loader"]
+# jax_loader_h2d: JAX (no PyTorch), steps from jax.profiler.StepTraceAnnotation.
+WORKLOADS = ["loader_h2d", "loader_matmul", "matmul_host", "d2h_host", "loader_h2d_matmul", "host_d2h_loader",
+             "jax_loader_h2d"]
+
+# Bucket shares perfscope gets wrong on these runs (recorded 2026-12-03), with what it got.
+BUCKETS_MISSED = {
+    "jax_loader_h2d": "pcie+sync 16.9 % against an injected 21.4 % (host 83.1 % against 78.6 %): the script times "
+                      "3.13 ms per jax.device_put + block_until_ready, of which the DMA record is 2.43 ms; the rest is "
+                      "JAX dispatching the transfer and allocating the device buffer on the host, GPU idle: host.",
+}
+
+def _case(name: str, missed: dict[str, str]) -> object:
+    marks = [pytest.mark.xfail(strict=True, reason=missed[name])] if name in missed else []
+    return pytest.param(name, marks=marks, id=name)
+
 
 def _truth(name: str) -> dict:
     return json.loads((MIXED / f"mixed_{name}.truth.json").read_text())
@@ -72,7 +86,7 @@ def test_every_workload_has_its_truth() -> None:
         assert all(w["wall_ms"] > sum(w["costs_ms"].values()) for w in t["windows"])
 
 
-@pytest.mark.parametrize("name", WORKLOADS)
+@pytest.mark.parametrize("name", [_case(n, BUCKETS_MISSED) for n in WORKLOADS])
 def test_buckets_match_injected_shares(name: str) -> None:
     truth, a = _truth(name), _analysis(name)
     assert len(a.steps) == len(truth["windows"])
@@ -109,7 +123,8 @@ def test_savings_come_from_the_analysed_steps(name: str) -> None:
     recs = {r.id: r for r in a.recommendations}
     kinds = {c["kind"] for c in truth["components"]}
     assert all(r.evidence.get("saving_model") for r in a.recommendations)
-    for kind in kinds & {"h2d", "d2h"}:
+    pageable = {c["kind"] for c in truth["components"] if c.get("finding") == "copies.pageable"}
+    for kind in pageable & {"h2d", "d2h"}:
         per_step = recs["copies.pageable"].evidence["pageable_copy_ns_per_step"] / 1e6
         # The copy records lie inside the host's blocked time that the script measured.
         assert 0.85 * _median_cost(truth, kind) <= per_step <= _median_cost(truth, kind)

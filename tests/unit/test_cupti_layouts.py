@@ -11,6 +11,7 @@ CUPTI_DTYPES = {
     "memcpy2": "activity_memcpy_pto_p4_dtype", "memset": "activity_memset4_dtype",
     "sync": "activity_synchronization2_dtype", "runtime": "activity_api_dtype",
     "driver": "activity_api_dtype", "marker": "activity_marker2_dtype", "overhead": "activity_overhead3_dtype",
+    "uvm": "activity_unified_memory_counter3_dtype",
 }
 RENAMED = {"flags": "flags_"}
 FLATTENED = {("marker", "process_id"): ("object_id", 0), ("marker", "thread_id"): ("object_id", 4)}
