@@ -6,9 +6,18 @@ do not rename or remove the ones listed here.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
+if TYPE_CHECKING:
+    import pandas as pd
+
+def _empty_frame() -> pd.DataFrame:
+    """An empty DataFrame: the default of optional tables.  pandas is imported here, not at
+    the top, so that the reports' style (bucket names) and ``perfscope info`` need not load it."""
+    import pandas as pd
+
+    return pd.DataFrame()
+
 
 # The six buckets, in priority order (ARCHITECTURE.md "Analysis: the step-time breakdown").
 BUCKETS: tuple[str, ...] = ("compute", "network", "sync", "pcie", "data_loading", "host")
@@ -78,6 +87,6 @@ class Analysis:
     meta: dict[str, Any] = field(default_factory=dict)
     # Added by the analyzers (defaults keep older constructors working):
     # launch: one row per rank of launch statistics (analyzers/kernels.py LAUNCH_COLUMNS).
-    launch: pd.DataFrame = field(default_factory=pd.DataFrame)
+    launch: pd.DataFrame = field(default_factory=_empty_frame)
     # copies: one row per (rank, copy_kind, pageable, large): count, bytes, total_ns.
-    copies: pd.DataFrame = field(default_factory=pd.DataFrame)
+    copies: pd.DataFrame = field(default_factory=_empty_frame)

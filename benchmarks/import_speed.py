@@ -65,9 +65,10 @@ print(json.dumps({"import_s": t1 - t0, "call_s": t2 - t1, "call_cpu_s": c2 - c1,
 """
 
 
-def run_measured(argv: list[str], env: dict[str, str] | None = None) -> dict[str, Any]:
-    """Run ``argv`` as a child; return its wall time, peak RSS (MB, from ``os.wait4``, so
-    this child's alone) and the JSON line it printed, if any."""
+def run_measured(argv: list[str], env: dict[str, str] | None = None, *, parse: bool = True) -> dict[str, Any]:
+    """Run ``argv`` as a child; return its wall time, CPU time and peak RSS (MB; both from
+    ``os.wait4``, so this child's and its reaped children's alone) and, with ``parse``, the
+    last JSON line it printed, if any."""
     t = time.perf_counter()
     with tempfile.TemporaryFile() as fout, tempfile.TemporaryFile() as ferr:
         proc = subprocess.Popen(argv, stdout=fout, stderr=ferr, env=env, cwd=REPO)
@@ -80,11 +81,12 @@ def run_measured(argv: list[str], env: dict[str, str] | None = None) -> dict[str
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(argv[:4])} failed ({proc.returncode}): {err[-2000:]}")
     doc: dict[str, Any] = {}
-    for line in out.splitlines()[::-1]:
+    for line in out.splitlines()[::-1] if parse else ():
         if line.startswith("{"):
             doc = json.loads(line)
             break
-    return {"wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime, "rss_mb": usage.ru_maxrss / 1024, **doc}
+    # The measured figures win over a child's own keys of the same name.
+    return {**doc, "wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime, "rss_mb": usage.ru_maxrss / 1024}
 
 
 def count_events(path: Path) -> int:
