@@ -34,7 +34,8 @@ rotates each round), ``--repeat`` rounds, medians:
 * HTA: a script that imports HTA and runs ``TraceAnalysis(trace_dir=...)`` and
   ``get_temporal_breakdown(visualize=False)`` (its load + breakdown calls are also timed
   inside the process);
-* ``python -c pass`` with perfscope's interpreter: the start-up floor of this environment.
+* ``python -c pass`` with perfscope's interpreter: the start-up floor of this environment;
+* ``perfscope --help`` (the console script).
 
 Traces: ``--trace`` (default ns_resolution_trace_rank-0) and a synthetic trace of
 ``--synthetic-events`` events (``import_speed.make_synthetic``: the same trace's steps
@@ -242,6 +243,7 @@ def cli(args: argparse.Namespace) -> int:
             "reuse": lambda i: perfscope_cmd(reused, work / f"reuse-{trace.name}-{i}.json"),
             "hta": lambda i: [args.hta_python, "-c", HTA_CHILD, str(hta_dir)],
             "python": lambda i: [sys.executable, "-c", "pass"],
+            "help": lambda i: [str(Path(sys.executable).parent / "perfscope"), "--help"],
         }
         for name, argv in arms.items():  # warm-up: bytecode caches, the reused run, the page cache
             run_measured(argv("warm"), env, parse=name == "hta")
@@ -277,7 +279,8 @@ def _print_cli(e: dict, repeat: int) -> None:
           f"load average {e['load_average'][0]:.1f}-{e['load_average'][1]:.1f}")
     print(f"{'':44}{'wall (s)':>10}{'CPU (s)':>10}{'peak RSS (MiB)':>16}")
     for name, label in (("first", "perfscope analyze TRACE --format json"), ("reuse", "  the same again (run reused)"),
-                        ("hta", "HTA: import + load + temporal breakdown"), ("python", "python -c pass")):
+                        ("hta", "HTA: import + load + temporal breakdown"), ("python", "python -c pass"),
+                        ("help", "perfscope --help (console script)")):
         print(f"{label:44}{m[name]['wall_s']:10.3f}{m[name]['cpu_s']:10.3f}{m[name]['rss_mb']:16.0f}")
     print(f"{'  HTA: load + breakdown calls alone':44}{m['hta']['total_s']:10.3f}")
     for arm in ("first", "reuse"):

@@ -110,13 +110,14 @@ def in_helper(*argv: str) -> Any:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def make_synthetic(target_events: int, out: Path) -> Path:
-    """Tile a real trace in time until it holds ``target_events`` events; return the file.
+def make_synthetic(target_events: int, out: Path, source: Path | None = None) -> Path:
+    """Tile a real trace (``source``, default the largest shared one) in time until it
+    holds ``target_events`` events; return the file.
 
     Each copy is shifted by the source's span (plus a gap) and its correlation / External
     ids are offset, so it reads like a longer capture of the same job.
     """
-    src = SHARED / "ns_resolution_trace_rank-0.json.gz"
+    src = source or SHARED / "ns_resolution_trace_rank-0.json.gz"
     if not src.is_file():
         src = FIXTURE
     with gzip.open(src, "rb") as f:
