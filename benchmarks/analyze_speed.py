@@ -230,21 +230,7 @@ def cli(args: argparse.Namespace) -> int:
         traces.append(Path(in_helper("synthetic", str(args.synthetic_events), str(work / f"synthetic_{args.synthetic_events}.json.gz"))))
     doc: dict = {"repeat": args.repeat, "cpus": os.cpu_count(), "traces": []}
     for trace in traces:
-        hta_dir = work / f"hta-{trace.name}"
-        hta_dir.mkdir()
-        (hta_dir / trace.name).symlink_to(trace.resolve())
-        reused = work / f"reused-{trace.name}.perfscope"
-
-        def perfscope_cmd(run: Path, out: Path) -> list[str]:
-            return [sys.executable, "-m", "perfscope", "analyze", str(trace), "--run-out", str(run), "--format", "json", "-o", str(out)]
-
-        arms = {
-            "first": lambda i: perfscope_cmd(work / f"run-{trace.name}-{i}", work / f"first-{trace.name}-{i}.json"),
-            "reuse": lambda i: perfscope_cmd(reused, work / f"reuse-{trace.name}-{i}.json"),
-            "hta": lambda i: [args.hta_python, "-c", HTA_CHILD, str(hta_dir)],
-            "python": lambda i: [sys.executable, "-c", "pass"],
-            "help": lambda i: [str(Path(sys.executable).parent / "perfscope"), "--help"],
-        }
+        arms = _cli_arms(trace, work, args.hta_python)
         for name, argv in arms.items():  # warm-up: bytecode caches, the reused run, the page cache
             run_measured(argv("warm"), env, parse=name == "hta")
         rows: dict[str, list[dict]] = {name: [] for name in arms}
@@ -271,6 +257,25 @@ def cli(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(doc, indent=1))
     return 0
+
+
+def _cli_arms(trace: Path, work: Path, hta_python: str) -> dict[str, Callable[[object], list[str]]]:
+    """The ``--cli`` commands of one trace: name -> the argv of round ``i``."""
+    hta_dir = work / f"hta-{trace.name}"
+    hta_dir.mkdir()
+    (hta_dir / trace.name).symlink_to(trace.resolve())
+    reused = work / f"reused-{trace.name}.perfscope"
+
+    def perfscope_cmd(run: Path, out: Path) -> list[str]:
+        return [sys.executable, "-m", "perfscope", "analyze", str(trace), "--run-out", str(run), "--format", "json", "-o", str(out)]
+
+    return {
+        "first": lambda i: perfscope_cmd(work / f"run-{trace.name}-{i}", work / f"first-{trace.name}-{i}.json"),
+        "reuse": lambda i: perfscope_cmd(reused, work / f"reuse-{trace.name}-{i}.json"),
+        "hta": lambda i: [hta_python, "-c", HTA_CHILD, str(hta_dir)],
+        "python": lambda i: [sys.executable, "-c", "pass"],
+        "help": lambda i: [str(Path(sys.executable).parent / "perfscope"), "--help"],
+    }
 
 
 def _print_cli(e: dict, repeat: int) -> None:
