@@ -6,9 +6,18 @@ do not rename or remove the ones listed here.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
+if TYPE_CHECKING:
+    import pandas as pd
+
+def _empty_frame() -> pd.DataFrame:
+    """An empty DataFrame: the default of optional tables.  pandas is imported here, not at
+    the top, so that the reports' style (bucket names) and ``perfscope info`` need not load it."""
+    import pandas as pd
+
+    return pd.DataFrame()
+
 
 # The six buckets, in priority order (ARCHITECTURE.md "Analysis: the step-time breakdown").
 BUCKETS: tuple[str, ...] = ("compute", "network", "sync", "pcie", "data_loading", "host")
@@ -80,9 +89,9 @@ class Analysis:
     meta: dict[str, Any] = field(default_factory=dict)
     # Added by the analyzers (defaults keep older constructors working):
     # launch: one row per rank of launch statistics (analyzers/kernels.py LAUNCH_COLUMNS).
-    launch: pd.DataFrame = field(default_factory=pd.DataFrame)
+    launch: pd.DataFrame = field(default_factory=_empty_frame)
     # copies: one row per (rank, copy_kind, pageable, large): count, bytes, total_ns.
-    copies: pd.DataFrame = field(default_factory=pd.DataFrame)
+    copies: pd.DataFrame = field(default_factory=_empty_frame)
     # The operator view of host time (imported traces with an operators table; empty
     # otherwise; analyzers/operators.py): operators, per rank, the top operators and Python
     # frames by self time in the steps (rank, name, kind, calls, self_ns, total_ns,
@@ -91,14 +100,14 @@ class Analysis:
     # operator time (rank, call_site, calls, self_ns, top_operator); launch_operators, per
     # rank, the operators whose time contains launch calls (rank, name, call_site,
     # launches, launch_ns).
-    operators: pd.DataFrame = field(default_factory=pd.DataFrame)
-    operators_overall: pd.DataFrame = field(default_factory=pd.DataFrame)
-    operator_sites: pd.DataFrame = field(default_factory=pd.DataFrame)
-    launch_operators: pd.DataFrame = field(default_factory=pd.DataFrame)
+    operators: pd.DataFrame = field(default_factory=_empty_frame)
+    operators_overall: pd.DataFrame = field(default_factory=_empty_frame)
+    operator_sites: pd.DataFrame = field(default_factory=_empty_frame)
+    launch_operators: pd.DataFrame = field(default_factory=_empty_frame)
     # what_if: one row per row of ``steps`` (same order) with what the saving models need
     # beyond the buckets (WHAT_IF_COLUMNS: ns saved if the host never blocked, the step's
     # large pageable copies' time, bytes and count); analyzers/savings.py.
-    what_if: pd.DataFrame = field(default_factory=pd.DataFrame)
+    what_if: pd.DataFrame = field(default_factory=_empty_frame)
     # uvm: one row per rank that used Unified Memory inside its steps (analyzers/uvm.py
     # UVM_COLUMNS: bytes migrated, faults, time); empty otherwise.
-    uvm: pd.DataFrame = field(default_factory=pd.DataFrame)
+    uvm: pd.DataFrame = field(default_factory=_empty_frame)

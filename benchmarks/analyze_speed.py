@@ -23,6 +23,28 @@ reported, with the ratios.
   timed inside the child after ``import hta``; HTA runs from its own virtual environment
   (default ``/tmp/hta-venv``, created with ``pip install HolisticTraceAnalysis==0.5.0``).
 
+With ``--cli``, instead: the whole command as users run it, each a fresh process timed
+from the outside (wall time around the child, its CPU time and peak RSS from ``os.wait4``):
+interpreter start-up, imports, work and output included.  Per trace, interleaved (the order
+rotates each round), ``--repeat`` rounds, medians:
+
+* ``perfscope analyze TRACE --run-out NEW --format json > file``: the first analysis of a
+  trace (it imports the trace into a new run, analyses it and prints the JSON document);
+* the same command again on the same ``--run-out`` (the run imported before is reused);
+* HTA: a script that imports HTA and runs ``TraceAnalysis(trace_dir=...)`` and
+  ``get_temporal_breakdown(visualize=False)`` (its load + breakdown calls are also timed
+  inside the process);
+* ``python -c pass`` with perfscope's interpreter: the start-up floor of this environment;
+* ``perfscope --help`` (the console script).
+
+Traces: ``--trace`` (default ns_resolution_trace_rank-0) and a synthetic trace of
+``--synthetic-events`` events (``import_speed.make_synthetic``: the same trace's steps
+repeated in time).  Children run with bytecode caches in ``WORK/pycache``
+(``PYTHONPYCACHEPREFIX``, ``PYTHONDONTWRITEBYTECODE`` unset) after one warm-up run of each
+command, as an installed package runs (pip compiles its modules at install; this
+environment sets ``PYTHONDONTWRITEBYTECODE``, which would otherwise make every run compile
+perfscope's sources).
+
 With ``--scale``, instead: ``analyze_run`` alone on a large synthetic run written through the
 store (2 ranks x (1M kernels, a fifth of them NCCL, + 1M API calls + 20k copies), 1000
 steps, no collectives table, so collectives are rebuilt from the 400k NCCL kernels), each
@@ -34,12 +56,14 @@ Usage::
     python benchmarks/analyze_speed.py [--trace FILE] [--repeat 5] [--hta-python /tmp/hta-venv/bin/python] [--json]
                                        [--perfscope-path both|one-call|two-calls]
     python benchmarks/analyze_speed.py --scale [--repeat 5] [--run DIR]
+    python benchmarks/analyze_speed.py --cli [--repeat 7] [--synthetic-events 216000] [--json]
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -193,6 +217,82 @@ def scale(args: argparse.Namespace) -> int:
     return 0
 
 
+def cli(args: argparse.Namespace) -> int:
+    """The ``--cli`` benchmark (module docstring): whole commands, fresh processes."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from import_speed import in_helper, run_measured
+
+    work = Path(tempfile.mkdtemp(prefix="perfscope-cli-"))
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env["PYTHONPYCACHEPREFIX"] = str(work / "pycache")
+    traces = [args.trace]
+    if args.synthetic_events:
+        traces.append(Path(in_helper("synthetic", str(args.synthetic_events), str(work / f"synthetic_{args.synthetic_events}.json.gz"))))
+    doc: dict = {"repeat": args.repeat, "cpus": os.cpu_count(), "traces": []}
+    for trace in traces:
+        arms = _cli_arms(trace, work, args.hta_python)
+        for name, argv in arms.items():  # warm-up: bytecode caches, the reused run, the page cache
+            run_measured(argv("warm"), env, parse=name == "hta")
+        rows: dict[str, list[dict]] = {name: [] for name in arms}
+        loads = []
+        for i in range(args.repeat):
+            order = list(arms)[i % len(arms):] + list(arms)[:i % len(arms)]
+            for name in order:
+                rows[name].append(run_measured(arms[name](i), env, parse=name == "hta"))
+            loads.append(os.getloadavg()[0])
+        med = {name: {k: statistics.median(r[k] for r in rs) for k in rs[0] if isinstance(rs[0][k], float)} for name, rs in rows.items()}
+        hta = med["hta"]
+        entry = {"trace": trace.name, **in_helper("info", str(trace)), "medians": med, "load_average": [min(loads), max(loads)],
+                 "first_wall_all": sorted(round(r["wall_s"], 3) for r in rows["first"]),
+                 "hta_wall_all": sorted(round(r["wall_s"], 3) for r in rows["hta"])}
+        for arm in ("first", "reuse"):
+            p = med[arm]
+            entry[f"{arm}_speedup_wall"] = hta["wall_s"] / p["wall_s"]
+            entry[f"{arm}_speedup_cpu"] = hta["cpu_s"] / p["cpu_s"]
+            entry[f"{arm}_speedup_vs_hta_calls"] = hta["total_s"] / p["wall_s"]
+        doc["traces"].append(entry)
+        if not args.json:
+            _print_cli(entry, args.repeat)
+    shutil.rmtree(work, ignore_errors=True)
+    if args.json:
+        print(json.dumps(doc, indent=1))
+    return 0
+
+
+def _cli_arms(trace: Path, work: Path, hta_python: str) -> dict[str, Callable[[object], list[str]]]:
+    """The ``--cli`` commands of one trace: name -> the argv of round ``i``."""
+    hta_dir = work / f"hta-{trace.name}"
+    hta_dir.mkdir()
+    (hta_dir / trace.name).symlink_to(trace.resolve())
+    reused = work / f"reused-{trace.name}.perfscope"
+
+    def perfscope_cmd(run: Path, out: Path) -> list[str]:
+        return [sys.executable, "-m", "perfscope", "analyze", str(trace), "--run-out", str(run), "--format", "json", "-o", str(out)]
+
+    return {
+        "first": lambda i: perfscope_cmd(work / f"run-{trace.name}-{i}", work / f"first-{trace.name}-{i}.json"),
+        "reuse": lambda i: perfscope_cmd(reused, work / f"reuse-{trace.name}-{i}.json"),
+        "hta": lambda i: [hta_python, "-c", HTA_CHILD, str(hta_dir)],
+        "python": lambda i: [sys.executable, "-c", "pass"],
+        "help": lambda i: [str(Path(sys.executable).parent / "perfscope"), "--help"],
+    }
+
+
+def _print_cli(e: dict, repeat: int) -> None:
+    m = e["medians"]
+    print(f"{e['trace']}: {e['events']:,} events, {e['json_mb']:.1f} MB JSON; medians of {repeat}, "
+          f"load average {e['load_average'][0]:.1f}-{e['load_average'][1]:.1f}")
+    print(f"{'':44}{'wall (s)':>10}{'CPU (s)':>10}{'peak RSS (MiB)':>16}")
+    for name, label in (("first", "perfscope analyze TRACE --format json"), ("reuse", "  the same again (run reused)"),
+                        ("hta", "HTA: import + load + temporal breakdown"), ("python", "python -c pass"),
+                        ("help", "perfscope --help (console script)")):
+        print(f"{label:44}{m[name]['wall_s']:10.3f}{m[name]['cpu_s']:10.3f}{m[name]['rss_mb']:16.0f}")
+    print(f"{'  HTA: load + breakdown calls alone':44}{m['hta']['total_s']:10.3f}")
+    for arm in ("first", "reuse"):
+        print(f"HTA whole / perfscope {arm}: {e[f'{arm}_speedup_wall']:.1f}x wall, {e[f'{arm}_speedup_cpu']:.1f}x CPU; "
+              f"HTA's calls alone / perfscope {arm} whole: {e[f'{arm}_speedup_vs_hta_calls']:.1f}x")
+
+
 def _child(python: str, code: str, *args: str) -> dict:
     # -P: the working directory is not put first on sys.path, so a checkout given through
     # PYTHONPATH (an older commit, for a before/after comparison) is the one imported even
@@ -219,6 +319,8 @@ def main(argv: list[str] | None = None) -> int:
                          "or both (default)")
     ap.add_argument("--scale", action="store_true", help="analyze_run alone on a large synthetic run (no HTA)")
     ap.add_argument("--run", help="--scale: use (or create) this run directory instead of a temporary one")
+    ap.add_argument("--cli", action="store_true", help="whole commands as users run them, against HTA's whole script")
+    ap.add_argument("--synthetic-events", type=int, default=216_000, help="--cli: also a synthetic trace of this many events (0: none)")
     ap.add_argument("--make-scale", help=argparse.SUPPRESS)  # internal: write the --scale run there
     args = ap.parse_args(argv)
     if args.make_scale:
@@ -226,6 +328,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.scale:
         return scale(args)
+    if args.cli:
+        return cli(args)
     if not args.trace.is_file():
         raise SystemExit(f"no such trace: {args.trace}")
     if not Path(args.hta_python).exists():

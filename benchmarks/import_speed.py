@@ -65,9 +65,10 @@ print(json.dumps({"import_s": t1 - t0, "call_s": t2 - t1, "call_cpu_s": c2 - c1,
 """
 
 
-def run_measured(argv: list[str], env: dict[str, str] | None = None) -> dict[str, Any]:
-    """Run ``argv`` as a child; return its wall time, peak RSS (MB, from ``os.wait4``, so
-    this child's alone) and the JSON line it printed, if any."""
+def run_measured(argv: list[str], env: dict[str, str] | None = None, *, parse: bool = True) -> dict[str, Any]:
+    """Run ``argv`` as a child; return its wall time, CPU time and peak RSS (MB; both from
+    ``os.wait4``, so this child's and its reaped children's alone) and, with ``parse``, the
+    last JSON line it printed, if any."""
     t = time.perf_counter()
     with tempfile.TemporaryFile() as fout, tempfile.TemporaryFile() as ferr:
         proc = subprocess.Popen(argv, stdout=fout, stderr=ferr, env=env, cwd=REPO)
@@ -80,11 +81,12 @@ def run_measured(argv: list[str], env: dict[str, str] | None = None) -> dict[str
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(argv[:4])} failed ({proc.returncode}): {err[-2000:]}")
     doc: dict[str, Any] = {}
-    for line in out.splitlines()[::-1]:
+    for line in out.splitlines()[::-1] if parse else ():
         if line.startswith("{"):
             doc = json.loads(line)
             break
-    return {"wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime, "rss_mb": usage.ru_maxrss / 1024, **doc}
+    # The measured figures win over a child's own keys of the same name.
+    return {**doc, "wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime, "rss_mb": usage.ru_maxrss / 1024}
 
 
 def count_events(path: Path) -> int:
@@ -108,13 +110,14 @@ def in_helper(*argv: str) -> Any:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def make_synthetic(target_events: int, out: Path) -> Path:
-    """Tile a real trace in time until it holds ``target_events`` events; return the file.
+def make_synthetic(target_events: int, out: Path, source: Path | None = None) -> Path:
+    """Tile a real trace (``source``, default the largest shared one) in time until it
+    holds ``target_events`` events; return the file.
 
     Each copy is shifted by the source's span (plus a gap) and its correlation / External
     ids are offset, so it reads like a longer capture of the same job.
     """
-    src = SHARED / "ns_resolution_trace_rank-0.json.gz"
+    src = source or SHARED / "ns_resolution_trace_rank-0.json.gz"
     if not src.is_file():
         src = FIXTURE
     with gzip.open(src, "rb") as f:

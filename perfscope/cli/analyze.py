@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING
 
 import click
 
-from perfscope.cli.import_cmd import max_inflate_option
 from perfscope.cli.options import (
     analysis_options,
     emit,
     format_option,
     import_warnings_on_stderr,
+    max_inflate_option,
     output_option,
     output_target,
     progress_reporter,

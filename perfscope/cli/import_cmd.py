@@ -3,37 +3,11 @@ from __future__ import annotations
 
 import click
 
-from perfscope.cli.options import progress_reporter
+from perfscope.cli.options import max_inflate_option, progress_reporter
 from perfscope.store.kineto import import_kineto
 
 #: Inputs at least this big (bytes, all files) show progress on a terminal.
 PROGRESS_MIN_BYTES = 20 << 20
-_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
-
-
-class ByteSize(click.ParamType):
-    """A size in bytes: ``1048576``, ``512M``, ``8G``, ``8GiB`` (binary units); 0 for none."""
-
-    name = "SIZE"
-
-    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> int:
-        if isinstance(value, int):
-            return value
-        text = str(value).strip().upper().removesuffix("IB").removesuffix("B")
-        unit = text[-1:] if text[-1:] in _UNITS else ""
-        try:
-            number = float(text[:len(text) - len(unit)])
-        except ValueError:
-            number = -1.0
-        if not 0 <= number < 1 << 60:
-            self.fail(f"{value!r} is not a size (write e.g. 512M, 8G or 0 for no limit)", param, ctx)
-        return int(number * _UNITS[unit])
-
-
-#: ``--max-inflate`` of ``import kineto`` and ``analyze TRACE``.
-max_inflate_option = click.option(
-    "--max-inflate", type=ByteSize(), default=None, metavar="SIZE",
-    help="Refuse a gzip trace that inflates to more than SIZE (e.g. 512M, 16G; 0: no limit) [default: 8G].")
 
 
 @click.group(name="import")

@@ -22,9 +22,6 @@ def run_info(path: str) -> dict:
     ``trace``, one line of it: see :mod:`perfscope.store.kineto.formats`), tables
     ({name: rows}) and integrity_warnings (what the store's checks found that does not
     stop reading)."""
-    # (the importer's package: imported only when info runs)
-    from perfscope.store.kineto.formats import describe
-
     run = open_run(path)
     meta = run.meta
     tables = run.row_counts()  # reads (and so checks) every footer before the warnings are taken
@@ -40,13 +37,21 @@ def run_info(path: str) -> dict:
         "ranks": [
             {**{k: r.get(k) for k in ("rank", "host", "pid", "local_rank", "status", "gpu", "clock_offset_ns", "dropped_events",
                                       "warnings", "trace_source") if k in r},
-             **({"trace": describe(r["trace_source"])} if r.get("trace_source") else {})}
+             **({"trace": _describe(r["trace_source"])} if r.get("trace_source") else {})}
             for r in meta.get("ranks", [])
         ] or [{"rank": r} for r in run.ranks],
         "collectors": meta.get("collectors", []),
         "tables": tables,
         "integrity_warnings": list(run.integrity_warnings),
     }
+
+
+def _describe(trace_source: dict) -> str | None:
+    """One line of an imported rank's provenance; the Kineto package is imported only for
+    imported runs (a recorded run's info reads metadata and Parquet footers only)."""
+    from perfscope.store.kineto.formats import describe
+
+    return describe(trace_source)
 
 
 @click.command(name="info")

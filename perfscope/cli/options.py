@@ -1,5 +1,7 @@
 """What the commands share: ``--step-pattern``/``--ranks``, ``-o FILE`` and ``--format``,
-progress on stderr, terminal facts, and the warnings of an import.
+``--max-inflate``, progress on stderr, terminal facts, and the warnings of an import.
+Nothing here imports the store or the analyzers at module level: every command imports
+this module, and ``perfscope analyze RUN`` must not pay for the trace importer.
 
 ``analyze``, ``report``, ``compare`` and ``dashboard`` take :func:`analysis_options`, which
 hands the command one :class:`~perfscope.analyzers.AnalysisConfig` as ``config``; they all
@@ -95,6 +97,34 @@ class Reporter:
     def fraction(self, message: str, done: int, total: int) -> None:
         """Show ``message`` with ``done`` of ``total`` as a percentage."""
         self(f"{message} ({100 * done / total:.0f}%)" if total > 0 else message)
+
+
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+class ByteSize(click.ParamType):
+    """A size in bytes: ``1048576``, ``512M``, ``8G``, ``8GiB`` (binary units); 0 for none."""
+
+    name = "SIZE"
+
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int):
+            return value
+        text = str(value).strip().upper().removesuffix("IB").removesuffix("B")
+        unit = text[-1:] if text[-1:] in _UNITS else ""
+        try:
+            number = float(text[:len(text) - len(unit)])
+        except ValueError:
+            number = -1.0
+        if not 0 <= number < 1 << 60:
+            self.fail(f"{value!r} is not a size (write e.g. 512M, 8G or 0 for no limit)", param, ctx)
+        return int(number * _UNITS[unit])
+
+
+#: ``--max-inflate`` of ``import kineto`` and ``analyze TRACE``.
+max_inflate_option = click.option(
+    "--max-inflate", type=ByteSize(), default=None, metavar="SIZE",
+    help="Refuse a gzip trace that inflates to more than SIZE (e.g. 512M, 16G; 0: no limit) [default: 8G].")
 
 
 @contextlib.contextmanager
@@ -197,12 +227,14 @@ def import_warnings_on_stderr() -> Iterator[None]:
 
 
 __all__ = [
+    "ByteSize",
     "Reporter",
     "analysis_config",
     "analysis_options",
     "emit",
     "format_option",
     "import_warnings_on_stderr",
+    "max_inflate_option",
     "output_option",
     "output_target",
     "parse_ranks",

@@ -12,15 +12,13 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from perfscope.analyzers import BUCKET_COLUMNS, BUCKETS, step_summary
-from perfscope.analyzers.operators import top_call_sites, top_host_operators
-from perfscope.analyzers.result import Analysis
 from perfscope.reports.style import fmt_delta_ns, fmt_interval, fmt_ns, fmt_pct, short
 
 if TYPE_CHECKING:
     import pandas as pd
 
     from perfscope.analyzers.compare import Comparison
+    from perfscope.analyzers.result import Analysis
 
 # Rows of the top-kernels table, and how much of a (C++ template) kernel name it shows.
 TOP_KERNELS = 10
@@ -77,6 +75,10 @@ def render_analysis_text(a: Analysis, *, width: int = 160, color: bool = False, 
 
 
 def _median_step_table(a: Analysis) -> Table:
+    # The analyzers (and pandas with them) are imported by what renders an analysis only:
+    # `perfscope info` and `doctor` render here too and need neither.
+    from perfscope.analyzers import BUCKET_COLUMNS, BUCKETS, step_summary
+
     t = Table(title="Median step per rank (ms, % of step)", title_justify="left")
     for h in ("rank", "steps", "wall", *BUCKETS):
         t.add_column(h, justify="right")
@@ -88,6 +90,8 @@ def _median_step_table(a: Analysis) -> Table:
 
 
 def _steps_table(steps: pd.DataFrame) -> Table:
+    from perfscope.analyzers import BUCKET_COLUMNS, BUCKETS
+
     t = Table(title="Steps (ms)", title_justify="left")
     for h in ("rank", "step", "wall", *BUCKETS, "hidden net", "hidden pcie"):
         t.add_column(h, justify="right")
@@ -133,6 +137,8 @@ def _kernels_table(kernels: pd.DataFrame, n: int) -> Table | None:
 def _operator_tables(a: Analysis) -> list[Table]:
     """"Top host operators" (and "Top call sites" when the trace has Python frames): the
     operators with the most self time in the steps, over all ranks; none without operators."""
+    from perfscope.analyzers.operators import top_call_sites, top_host_operators
+
     ops = top_host_operators(a.operators_overall, TOP_OPERATORS)
     if not len(ops):
         return []

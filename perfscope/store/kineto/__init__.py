@@ -96,15 +96,38 @@ Decisions worth knowing:
 """
 from __future__ import annotations
 
-from perfscope.store.kineto.importer import ImportResult, ProgressFn, import_kineto
-from perfscope.store.kineto.parse import (
-    is_nccl_kernel,
-    parse_memcpy_name,
-    parse_memset_kind,
-    parse_nccl_kernel,
-    parse_sync_kind,
-)
-from perfscope.store.names import dtype_size, normalize_collective
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from perfscope.store.kineto.importer import ImportResult, ProgressFn, import_kineto
+    from perfscope.store.kineto.parse import (
+        is_nccl_kernel,
+        parse_memcpy_name,
+        parse_memset_kind,
+        parse_nccl_kernel,
+        parse_sync_kind,
+    )
+    from perfscope.store.names import dtype_size, normalize_collective
+
+# Exported names -> their module, imported on first use: `perfscope info` reads one line of
+# a rank's provenance from :mod:`.formats`, and must not load the importer and the writer.
+_LAZY = {
+    "ImportResult": "importer", "ProgressFn": "importer", "import_kineto": "importer",
+    "is_nccl_kernel": "parse", "parse_memcpy_name": "parse", "parse_memset_kind": "parse",
+    "parse_nccl_kernel": "parse", "parse_sync_kind": "parse",
+    "dtype_size": "perfscope.store.names", "normalize_collective": "perfscope.store.names",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module if "." in module else f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "ImportResult", "ProgressFn", "import_kineto", "parse_memcpy_name", "parse_memset_kind", "parse_sync_kind",
