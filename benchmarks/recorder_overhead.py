@@ -85,6 +85,71 @@ def worker(args: argparse.Namespace) -> None:
     Path(args.json).write_text(json.dumps(out))
 
 
+def cycle_worker(args: argparse.Namespace) -> None:
+    """In-process, paired: blocks of one schedule cycle of transformer steps, recorded by
+    ``perfscope.profile(schedule=...)`` (the whole recorder; ``prof.step()`` marks steps),
+    by ``perfscope.profile()`` (every step), or not at all; start and stop are outside the
+    timed blocks.  Writes the per-pair ratios to ``--json``."""
+    import torch
+
+    sys.path.insert(0, str(HERE))
+    import perfscope
+    from overhead import transformer_step
+
+    step = transformer_step(torch)
+    from perfscope._steps import Schedule
+
+    sched = Schedule.parse(args.schedule)
+    n = sched.wait + sched.warmup + (sched.record or 1)
+    arms = {"profile_schedule": args.schedule, "profile_all": None}
+    acc: dict[str, dict[str, list[float]]] = {a: {"ratios": [], "on": [], "off": []} for a in arms}
+    tmp = Path(tempfile.mkdtemp(prefix="cycle-"))
+
+    def block(prof: Any) -> float:
+        t0 = time.perf_counter()
+        for _ in range(n):
+            step()
+            if prof is not None:
+                prof.step()
+        return time.perf_counter() - t0
+
+    for i in range(args.cycle_pairs):
+        for j, (arm, schedule) in enumerate(arms.items() if i % 2 == 0 else reversed(arms.items())):
+            vals: dict[bool, float] = {}
+            for on in ((True, False) if (i + j) % 2 == 0 else (False, True)):
+                if not on:
+                    vals[on] = block(None)
+                    continue
+                prof = perfscope.profile(tmp / f"{arm}-{i}", schedule=schedule, nccl=False, overwrite=True).start()
+                vals[on] = block(prof)
+                prof.stop()
+                if i == 0:
+                    meta = json.loads((tmp / f"{arm}-{i}" / "ranks" / "rank-0.json").read_text())
+                    acc[arm]["meta"] = {"windows": meta.get("windows"), "dropped": meta.get("dropped_events"),  # type: ignore[dict-item]
+                                        "api_source": ((meta.get("collector_stats") or {}).get("cupti") or {}).get("api_source")}
+                shutil.rmtree(tmp / f"{arm}-{i}", ignore_errors=True)
+            acc[arm]["ratios"].append(vals[True] / vals[False])
+            acc[arm]["on"].append(vals[True])
+            acc[arm]["off"].append(vals[False])
+    Path(args.json).write_text(json.dumps({"steps_per_block": n, "arms": acc}))
+
+
+def cycle(args: argparse.Namespace) -> dict[str, Any]:
+    """Run :func:`cycle_worker` in a fresh process; medians of its per-pair ratios."""
+    res = Path(args.out) / "cycle.json"
+    subprocess.run([sys.executable, str(Path(__file__).resolve()), "--cycle-worker", "--json", str(res),
+                    "--cycle-pairs", str(args.cycle_pairs), "--schedule", args.schedule], check=True, timeout=600)
+    data = json.loads(res.read_text())
+    out: dict[str, Any] = {"steps_per_block": data["steps_per_block"]}
+    for arm, a in data["arms"].items():
+        q = statistics.quantiles(a["ratios"], n=4) if len(a["ratios"]) > 1 else [a["ratios"][0]] * 3
+        out[arm] = {"ratio_median": statistics.median(a["ratios"]), "ratio_q1": q[0], "ratio_q3": q[2],
+                    "on_median_s": statistics.median(a["on"]), "off_median_s": statistics.median(a["off"]),
+                    "pairs": len(a["ratios"]), "meta": a.get("meta")}
+        print(f"  cycle {arm:17s}: ratio median {out[arm]['ratio_median']:.4f} [IQR {q[0]:.4f} .. {q[2]:.4f}]", flush=True)
+    return out
+
+
 # ------------------------------------------------------------------- driver ----
 def _arm_command(arm: str, args: argparse.Namespace, result: Path, run: Path) -> list[str]:
     steps = args.run_steps if arm in ("none", "sched") else args.steps
@@ -190,7 +255,7 @@ def paired(args: argparse.Namespace) -> dict[str, Any]:
     return res
 
 
-def table(cross: dict[str, Any], pair: dict[str, Any]) -> str:
+def table(cross: dict[str, Any], pair: dict[str, Any], cyc: dict[str, Any]) -> str:
     """The Markdown table of benchmarks/README.md."""
     rows = ["| arm | µs per tiny launch (Δ vs none) | step ms (Δ, ratio) | whole run | extra peak RSS | API records | dropped |",
             "| --- | --- | --- | --- | --- | --- | --- |"]
@@ -208,6 +273,16 @@ def table(cross: dict[str, Any], pair: dict[str, Any]) -> str:
         if t and s:
             rows.append(f"| {arm} | {t['delta_median']:+.2f} ({t['ratio_median']:.3f}) | {s['delta_median']:+.2f} "
                         f"({s['ratio_median']:.3f}) | {t.get('api_source') or ''} |")
+    if cyc:
+        rows += ["", f"| in-process, paired blocks of {cyc['steps_per_block']} steps | ratio, median [IQR] | API records | windows |",
+                 "| --- | --- | --- | --- |"]
+        for arm in ("profile_schedule", "profile_all"):
+            c = cyc.get(arm)
+            if c:
+                meta = c.get("meta") or {}
+                wins = [(w["first_step"], w["last_step"]) for w in meta.get("windows") or []]
+                rows.append(f"| {arm} | {c['ratio_median']:.4f} [{c['ratio_q1']:.4f} .. {c['ratio_q3']:.4f}] | "
+                            f"{meta.get('api_source') or ''} | {wins or ''} |")
     return "\n".join(rows)
 
 
@@ -221,24 +296,30 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--arms", default=",".join(ARMS))
     ap.add_argument("--pairs", type=int, default=20, help="pairs of the in-process arms (0: skip them)")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    ap.add_argument("--cycle-pairs", type=int, default=8, help="pairs of one-cycle blocks in one process (0: skip)")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--cycle-worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--json", help=argparse.SUPPRESS)
     ap.add_argument("--torch", choices=["cuda", "default"], help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:
         worker(args)
         return 0
+    if args.cycle_worker:
+        cycle_worker(args)
+        return 0
     if "none" not in args.arms.split(","):
         raise SystemExit("--arms must include none: every figure is relative to it")
     Path(args.out).mkdir(parents=True, exist_ok=True)
     t0 = time.time()
-    cross = cross_process(args)
+    cyc = cycle(args) if args.cycle_pairs else {}
     pair = paired(args) if args.pairs else {}
+    cross = cross_process(args) if args.rounds else {"arms": {}}
     result = {"args": vars(args), "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t0)),
-              "seconds": time.time() - t0, "cross_process": cross, "paired": pair}
+              "seconds": time.time() - t0, "cross_process": cross, "paired": pair, "cycle": cyc}
     (Path(args.out) / "recorder_overhead.json").write_text(json.dumps(result, indent=1, default=str))
     print()
-    print(table(cross, pair))
+    print(table(cross, pair, cyc))
     return 0
 
 
