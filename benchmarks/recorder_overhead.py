@@ -312,14 +312,17 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("--arms must include none: every figure is relative to it")
     Path(args.out).mkdir(parents=True, exist_ok=True)
     t0 = time.time()
-    cyc = cycle(args) if args.cycle_pairs else {}
-    pair = paired(args) if args.pairs else {}
-    cross = cross_process(args) if args.rounds else {"arms": {}}
-    result = {"args": vars(args), "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t0)),
-              "seconds": time.time() - t0, "cross_process": cross, "paired": pair, "cycle": cyc}
-    (Path(args.out) / "recorder_overhead.json").write_text(json.dumps(result, indent=1, default=str))
+    result: dict[str, Any] = {"args": vars(args), "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t0)),
+                              "cycle": {}, "paired": {}, "cross_process": {"arms": {}}}
+    # most telling first; the file is rewritten after each stage, so a run cut short keeps what it measured
+    for key, stage, wanted in (("cycle", cycle, args.cycle_pairs), ("paired", paired, args.pairs),
+                               ("cross_process", cross_process, args.rounds)):
+        if wanted:
+            result[key] = stage(args)
+            result["seconds"] = time.time() - t0
+            (Path(args.out) / "recorder_overhead.json").write_text(json.dumps(result, indent=1, default=str))
     print()
-    print(table(cross, pair, cyc))
+    print(table(result["cross_process"], result["paired"], result["cycle"]))
     return 0
 
 

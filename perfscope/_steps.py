@@ -339,4 +339,34 @@ def dropped_mask(starts: Any, intervals: Sequence[tuple[int, int | None]]) -> An
     return (idx >= 0) & (starts < hi[np.clip(idx, 0, None)])
 
 
-__all__ = ["Schedule", "StepTracker", "Window", "dropped_mask", "OFF", "WARMUP", "ACTIVE", "ON_DEMAND"]
+def drop_rows(data: Any, intervals: Sequence[tuple[int, int | None]]) -> tuple[Any, int]:
+    """``data`` (a pyarrow Table or a dict of columns) without the rows whose ``start_ns``
+    (else ``ts_ns``) lies in ``intervals``; returns it and the number of rows dropped.
+    Data with neither column is returned whole."""
+    names = list(data.column_names) if hasattr(data, "column_names") else list(data)
+    col = next((c for c in ("start_ns", "ts_ns") if c in names), None)
+    if col is None or not intervals:
+        return data, 0
+    import numpy as np
+
+    drop = dropped_mask(np.asarray(data.column(col) if hasattr(data, "column_names") else data[col]), intervals)
+    n = int(drop.sum())
+    if not n:
+        return data, 0
+    if hasattr(data, "column_names"):
+        import pyarrow as pa
+
+        return data.filter(pa.array(~drop)), n
+    keep = np.flatnonzero(~drop)
+    return {k: [v[i] for i in keep] for k, v in data.items()}, n
+
+
+def settled_warmups(windows: Sequence[dict[str, Any]]) -> list[tuple[int, int | None]]:
+    """The warm-up intervals of a rank's ``windows`` metadata whose end is known: what a
+    decoder in another process may drop (an open one may already hold active records)."""
+    return [(w["warmup_start_ns"], w["start_ns"]) for w in windows
+            if w.get("warmup_start_ns") is not None and w.get("start_ns") is not None]
+
+
+__all__ = ["Schedule", "StepTracker", "Window", "dropped_mask", "drop_rows", "settled_warmups", "OFF", "WARMUP",
+           "ACTIVE", "ON_DEMAND"]

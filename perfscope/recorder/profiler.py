@@ -391,7 +391,7 @@ class Profiler:
             self._collecting = True
             self._set.open_window()
         elif phase != OFF:
-            self._set.start(("window",))  # at start: the window collectors that cannot pause
+            self._set.start(("window",))  # the window collectors that cannot pause (a no-op once they run)
 
     # -- flushing --------------------------------------------------------------------------------
     def _drain_into_writer(self) -> None:

@@ -41,6 +41,10 @@ class RequestPoller:
         self.dir = Path(run_path) / CONTROL_DIR
         self._mtime = -1
         self._seen: set[str] = set()
+        try:
+            self.dir.mkdir(exist_ok=True)  # so that a step's stat finds it (no exception per step)
+        except OSError:
+            pass  # a read-only run folder: requests cannot come anyway
 
     def poll(self) -> list[dict[str, Any]]:
         """New requests (``id``, ``steps``, ``warmup``, ``align``, ``created_ns``), oldest first."""

@@ -145,3 +145,12 @@ def test_dropped_mask_and_the_warmup_filter() -> None:
     assert sink.got[1][1] == {"ts_ns": [10, 40], "value": [1.0, 3.0]}
     assert sink.got[2][1] == {"name": ["x"]}
     assert f.dropped_rows == 3
+
+
+def test_only_settled_warmups_are_dropped_by_a_decoder_elsewhere() -> None:
+    from perfscope._steps import settled_warmups
+
+    t = StepTracker(Schedule.parse("wait=1,warmup=1,active=1,repeat=0"), anchor_ns=0)
+    run_steps(t, 4)  # step 1 warm-up (10-20), step 2 active, step 4 warm-up still open at 40
+    assert t.dropped_intervals() == [(10, 20), (40, None)]
+    assert settled_warmups(t.windows_meta()) == [(10, 20)]
