@@ -56,12 +56,16 @@ class CollectorOptions:
         cupti_api_source: where CUPTI API records come from (``callback``/``activity``;
             None: the collector's default).
         cupti_sink_library: a native CUPTI sink library to load instead of the built one.
+        cupti_decode: where CUPTI records are decoded: None (default) or ``process``, in
+            another process (the sink writes segment files); ``inprocess``, by the
+            training process itself at each flush.
         nvml_interval_s: seconds between NVML samples.
     """
 
     flush_interval_s: float = 2.0
     cupti_api_source: str | None = None
     cupti_sink_library: str | None = None
+    cupti_decode: str | None = None
     nvml_interval_s: float = 0.1
 
 

@@ -12,6 +12,8 @@ from perfscope.collectors.base import CollectorSpec
 REGISTRY: tuple[CollectorSpec, ...] = (
     CollectorSpec("host", "perfscope.collectors.host.hooks:HostHooks", "process", option="host_hooks"),
     CollectorSpec("nccl", "perfscope.collectors.nccl.recording:NcclRecording", "job", option="nccl"),
+    # decodes the CUPTI collector's segment files outside the training processes
+    CollectorSpec("cupti_decode", "perfscope.collectors.cupti.decoding:CuptiDecoding", "job", option="cupti"),
     CollectorSpec("cupti", "perfscope.collectors.cupti.recording:CuptiRecording", "window", option="cupti", pausable=True),
     CollectorSpec("nvml", "perfscope.collectors.host.nvml:NvmlRecording", "window", option="nvml", pausable=True),
 )

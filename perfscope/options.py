@@ -154,6 +154,9 @@ def env_debug(env: Mapping[str, str] | None = None) -> bool:
 ENV_CUPTI_API = "PERFSCOPE_CUPTI_API"
 # A native CUPTI sink library to load instead of the built one (development).
 ENV_CUPTI_SINK = "PERFSCOPE_CUPTI_SINK"
+# Where CUPTI records are decoded: "process" (default: out of the training process) or
+# "inprocess" (the training process decodes at each flush; the benchmark's A/B switch).
+ENV_CUPTI_DECODE = "PERFSCOPE_CUPTI_DECODE"
 
 
 class CollectorSettings(TypedDict):
@@ -161,6 +164,7 @@ class CollectorSettings(TypedDict):
 
     cupti_api_source: str | None
     cupti_sink_library: str | None
+    cupti_decode: str | None
 
 
 def collector_settings(env: Mapping[str, str] | None = None) -> CollectorSettings:
@@ -170,6 +174,7 @@ def collector_settings(env: Mapping[str, str] | None = None) -> CollectorSetting
     return {
         "cupti_api_source": env.get(ENV_CUPTI_API) or None,
         "cupti_sink_library": env.get(ENV_CUPTI_SINK) or None,
+        "cupti_decode": env.get(ENV_CUPTI_DECODE) or None,
     }
 
 
@@ -217,8 +222,8 @@ def _int(value: str | None) -> int | None:
 __all__ = [
     "RecordOptions", "env_rank", "env_local_rank", "env_world_size", "RANK_VARS", "LOCAL_RANK_VARS", "WORLD_SIZE_VARS",
     "ENV_RUN_DIR", "ENV_RUN_ID", "ENV_OWNER", "ENV_CUPTI", "ENV_NCCL", "ENV_NVML",
-    "ENV_HOST_HOOKS", "ENV_FLUSH_INTERVAL", "ENV_DEBUG", "ENV_CUPTI_API", "ENV_CUPTI_SINK", "collector_settings",
-    "env_run_dir", "env_run_id", "env_debug", "ENV_SCHEDULE", "schedule_env", "env_schedule",
+    "ENV_HOST_HOOKS", "ENV_FLUSH_INTERVAL", "ENV_DEBUG", "ENV_CUPTI_API", "ENV_CUPTI_SINK", "ENV_CUPTI_DECODE",
+    "collector_settings", "env_run_dir", "env_run_id", "env_debug", "ENV_SCHEDULE", "schedule_env", "env_schedule",
 ]
 
 

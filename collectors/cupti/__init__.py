@@ -42,8 +42,11 @@ Extra kinds: ``driver`` (driver API launches/copies/syncs, e.g. Triton) and ``ov
 
 Design: a native sink (``sink.c``) owns CUPTI's buffer callbacks, copies records of the
 enabled kinds into per-kind arrays and interns kernel and marker names, with no Python per
-record; flush() drains whole arrays and decodes them with NumPy structured dtypes
-(``layouts.py``, ``decode.py``).  Built at install (``build.py``, exec'd by setup.py).
+record.  Then either flush() drains whole arrays and decodes them with NumPy structured
+dtypes (``layouts.py``, ``decode.py``), or, with ``segment_dir``, the sink's own C thread
+writes them to segment files (``segments.py``) that a decoder in another process turns
+into tables (``decoder.py``; the recorder's ``cupti_decode`` job collector,
+``decoding.py``).  Built at install (``build.py``, exec'd by setup.py).
 """
 from __future__ import annotations
 

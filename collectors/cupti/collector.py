@@ -1,8 +1,16 @@
 """The CUPTI activity collector: enables kinds, drains the native sink, writes store tables.
 
-Per record, only C runs (``sink.c``, on CUPTI's thread or inside ``cuptiActivityFlushAll``);
-per flush, Python takes each kind's records as one byte array and decodes it with NumPy
-(:mod:`perfscope.collectors.cupti.decode`).
+Per record, only C runs (``sink.c``, on CUPTI's thread or inside ``cuptiActivityFlushAll``).
+Two ways on from there:
+
+* in-process (``segment_dir`` None): per flush, Python takes each kind's records as one
+  byte array and decodes it with NumPy (:mod:`perfscope.collectors.cupti.decode`) into the
+  writer;
+* out of process (``segment_dir`` set): the sink's own C thread flushes CUPTI and writes
+  the records to segment files (:mod:`perfscope.collectors.cupti.segments`) every
+  ``segment_interval_s``; the training process runs no Python per record or per buffer,
+  and a decoder in another process (:mod:`perfscope.collectors.cupti.decoder`) writes the
+  tables.
 """
 from __future__ import annotations
 
@@ -15,8 +23,11 @@ from typing import Any
 
 import numpy as np
 
+from pathlib import Path
+
 from perfscope.collectors.cupti import cbids, decode, layouts, probe
 from perfscope.collectors.base import Writer
+from perfscope.collectors.cupti.decoder import RecordStream
 from perfscope.collectors.cupti.native import Sink
 from perfscope.errors import CollectorError, CuptiUnavailableError, UsageError
 
@@ -67,7 +78,7 @@ class CuptiCollector:
 
     Args:
         writer: receives ``append(table, pyarrow.Table)`` for ``kernels``, ``memcpy``,
-            ``memset``, ``sync``, ``api`` and ``markers``.
+            ``memset``, ``sync``, ``api`` and ``markers`` (None with ``segment_dir``).
         kinds: any of ``kernel``, ``memcpy`` (incl. peer copies), ``memset``, ``sync``,
             ``runtime`` (runtime API calls that launch, copy or synchronise), ``driver``
             (the same for driver API calls: Triton launches), ``nvtx`` (NVTX ranges; needs
@@ -83,6 +94,10 @@ class CuptiCollector:
             filtered per id).  ``callback`` falls back to ``activity`` when the subscriber
             slot is held by an idle Kineto.  Default ``callback`` (the recorder passes
             ``PERFSCOPE_CUPTI_API`` through its options).
+        segment_dir: write records to segment files in this folder (created) instead of
+            decoding them here; :meth:`flush` then does nothing in Python.
+        segment_interval_s: seconds between segment writes (the most a killed process loses).
+        segment_mb: largest segment file.
 
     Attributes:
         clock_offset_ns: add to CUPTI timestamps for Unix-epoch ns; 0 when CUPTI already
@@ -93,13 +108,16 @@ class CuptiCollector:
 
     def __init__(
         self,
-        writer: Writer,
+        writer: Writer | None,
         *,
         kinds: Iterable[str] = DEFAULT_KINDS,
         buffer_mb: int = 8,
         max_buffers: int = 64,
         max_pending_mb: int = 1024,
         api_source: str | None = None,
+        segment_dir: str | os.PathLike[str] | None = None,
+        segment_interval_s: float = 2.0,
+        segment_mb: int = 64,
     ) -> None:
         kinds = tuple(kinds)
         unknown = [k for k in kinds if k not in KINDS]
@@ -114,6 +132,11 @@ class CuptiCollector:
         if api_source not in API_SOURCES:
             raise UsageError(f"unknown CUPTI API-record source {api_source!r}; choose from {list(API_SOURCES)}")
         self.api_source = api_source
+        if writer is None and segment_dir is None:
+            raise UsageError("a CuptiCollector needs a writer, or a segment_dir to write segments to")
+        self.segment_dir = Path(segment_dir) if segment_dir is not None else None
+        self.segment_interval_s = float(segment_interval_s)
+        self.segment_mb = int(segment_mb)
         self.clock_offset_ns = 0
         self.warnings: list[str] = []
         self._cupti_kinds = sorted({k for name in kinds for k in KINDS[name]})
@@ -123,12 +146,7 @@ class CuptiCollector:
         self._native_subscriber = False
         self._api_from_callback = False
         self._lock = threading.Lock()
-        self._strings = _STRINGS
-        self._markers = decode.MarkerState()
-        self._context_device: dict[int, int] = {}
-        self._rows: dict[str, int] = {}
-        self._overhead: dict[str, dict[str, int]] = {}
-        self._untimed = 0
+        self._stream = RecordStream(_STRINGS)
         self._decode_ns = 0
         self._flush_ns = 0
         self._flushes = 0
@@ -287,6 +305,9 @@ class CuptiCollector:
         self._filter_api(cupti)
         self._clock = probe.check_clock(cupti.get_timestamp)
         self.clock_offset_ns = self._clock.offset_ns
+        if self.segment_dir is not None:
+            self.segment_dir.mkdir(parents=True, exist_ok=True)
+            sink.segments_open(self.segment_dir, self.clock_offset_ns, self.segment_interval_s, self.segment_mb << 20)
 
     def _filter_api(self, cupti: Any) -> None:
         """Stop CUPTI from making records for API calls that neither launch, copy nor
@@ -348,18 +369,25 @@ class CuptiCollector:
     # ------------------------------------------------------------------ flush ----
     def flush(self) -> None:
         """Deliver CUPTI's completed buffers to the sink and hand decoded rows to the writer
-        (once after a pause, the partly filled buffers too)."""
+        (once after a pause, the partly filled buffers too); with ``segment_dir`` the sink's
+        thread does its part on its own: nothing to do (a paused window's last, partly filled
+        buffer then reaches the segments with the next window or at stop)."""
         if self._state != "running" or self._sink is None:
             return
+        if self.segment_dir is None:
+            self._flush_in_process()
+        if probe.torch_profiler_active():
+            self._warn_once("torch.profiler started while perfscope was recording; CUPTI serves one client, so GPU "
+                            "records after that point are missing (read torch.profiler's trace with `perfscope import kineto`)")
+
+    def _flush_in_process(self) -> None:
+        assert self._sink is not None
         with self._lock:
             t0 = time.perf_counter_ns()
             forced, self._drain_paused = self._paused and self._drain_paused, False
             self._sink.flush(forced=forced)
             self._flush_ns += time.perf_counter_ns() - t0
             self._drain()
-        if probe.torch_profiler_active():
-            self._warn_once("torch.profiler started while perfscope was recording; CUPTI serves one client, so GPU "
-                            "records after that point are missing (read torch.profiler's trace with `perfscope import kineto`)")
 
     def _warn_once(self, msg: str) -> None:
         if msg not in self.warnings:
@@ -370,7 +398,7 @@ class CuptiCollector:
         t0 = time.perf_counter_ns()
         blob, first = self._sink.take_strings()
         if blob:
-            self._strings.extend(blob, first)
+            self._stream.strings.extend(blob, first)
         raw: dict[str, decode.Columns] = {}
         for k in self._cupti_kinds:
             lay = layouts.LAYOUTS[k]
@@ -380,20 +408,9 @@ class CuptiCollector:
                 data = self._sink.take(k)
                 self._raw_log.append({lay.name: data.copy()})
                 raw[lay.name] = decode.as_columns(decode.records(data, lay))
-        over = raw.pop("overhead", None)
-        if over is not None and len(over):
-            for name, v in decode.summarize_overhead(over).items():
-                acc = self._overhead.setdefault(name, {"count": 0, "ns": 0})
-                acc["count"] += v["count"]
-                acc["ns"] += v["ns"]
-        for cols in raw.values():
-            if len(cols) and "start" in cols.names:
-                self._untimed += int((cols["start"] == 0).sum())
-        tables = decode.decode_all(raw, self._strings, self.clock_offset_ns,
-                                   context_device=self._context_device, marker_state=self._markers)
-        for table, batch in tables.items():
+        assert self.writer is not None
+        for table, batch in self._stream.decode(raw, self.clock_offset_ns).items():
             self.writer.append(table, batch)
-            self._rows[table] = self._rows.get(table, 0) + batch.num_rows
         self._decode_ns += time.perf_counter_ns() - t0
         self._flushes += 1
 
@@ -415,16 +432,22 @@ class CuptiCollector:
             start and stop), ``warnings``, ``libcupti``, ``cupti_version``.
         """
         if self._state != "running":
-            return {"rows": dict(self._rows), "warnings": list(self.warnings)}
+            return {"rows": dict(self._stream.rows), "warnings": list(self.warnings)}
         cupti = _cupti()
         try:
             _sync_current_context()
             with self._lock:
                 assert self._sink is not None
+                if self.segment_dir is not None:
+                    self._sink.segments_stop_thread()  # its flushes would race the forced one below
                 self._sink.flush(forced=False)
                 self._teardown(cupti)
                 self._sink.flush(forced=True)
-                self._drain()
+                if self.segment_dir is not None:
+                    self._sink.segments_close()
+                    self._warn_segment_errors()
+                else:
+                    self._drain()
             self._state = "stopped"
             return self._stats(cupti)
         finally:
@@ -465,7 +488,7 @@ class CuptiCollector:
             pass
         path = probe.libcupti_path()
         return {
-            "rows": dict(self._rows),
+            "rows": dict(self._stream.rows),
             "records": records,
             "api_filtered": int(s["api_filtered"]),
             "api_source": "callback" if self._api_from_callback else "activity",
@@ -473,24 +496,50 @@ class CuptiCollector:
             "dropped": {
                 "cupti": int(s["dropped_cupti"]), "sink": int(s["dropped_sink"]),
                 "buffers_refused": int(s["buffers_refused"]),
-                "api_callback": api["api_dropped"],
+                "api_callback": api["api_dropped"], "segment_write": int(s["dropped_segment_write"]),
             },
-            "untimed_records": self._untimed,
+            "memory": {
+                # what the sink held at most besides CUPTI's own state: its buckets (and the
+                # buffers a segment write had swapped out) plus the activity buffers
+                "peak_pending_bytes": int(s["peak_pending_bytes"]),
+                "peak_buffers": int(s["peak_outstanding_buffers"]), "buffer_bytes": int(s["buffer_bytes"]),
+            },
+            "segments": self._segment_stats(s),
+            "untimed_records": self._stream.untimed,
             "overhead": {
                 "sink_callback_ns": int(s["callback_ns"]), "sink_callback_max_ns": int(s["callback_ns_max"]),
                 "decode_ns": self._decode_ns, "flush_ns": self._flush_ns, "setup_ns": self._setup_ns,
                 "flushes": self._flushes, "buffers": int(s["buffers"]), "buffer_bytes": int(s["valid_bytes"]),
-                "cupti": dict(self._overhead),
+                "cupti": dict(self._stream.overhead),
             },
             "clock": clock,
             "kinds": list(self.kinds),
-            "strings": len(self._strings.strings),
+            "strings": int(s["strings"]),
             "libcupti": path,
             "cupti_version": probe.cupti_version(path) if path else None,
             "started_ns": self._start_ns,
             "stopped_ns": time.time_ns(),
             "warnings": list(self.warnings),
         }
+
+
+    def _warn_segment_errors(self) -> None:
+        assert self._sink is not None
+        s = self._sink.stats()
+        if s["segment_errors"]:
+            self.warnings.append(
+                f"{s['segment_errors']} CUPTI segment file(s) could not be written to {self.segment_dir} "
+                f"({os.strerror(int(s['segment_errno']))}); {s['dropped_segment_write']} records are lost"
+            )
+
+    def _segment_stats(self, s: dict[str, Any]) -> dict[str, Any] | None:
+        """Segment-writer counters (None in-process): files and bytes written, failed writes
+        (with the last errno), time spent writing."""
+        if self.segment_dir is None:
+            return None
+        return {"dir": str(self.segment_dir), "files": int(s["segments"]), "bytes": int(s["segment_bytes"]),
+                "errors": int(s["segment_errors"]), "errno": int(s["segment_errno"]),
+                "write_ns": int(s["segment_write_ns"]), "write_ns_max": int(s["segment_write_ns_max"])}
 
 
 #: the sink's string table is per process (ids never reset), so its decoded copy is too

@@ -20,7 +20,9 @@ from perfscope.errors import CuptiUnavailableError
 #: names of ps_stats() values after the two per-kind blocks
 STAT_NAMES = ("dropped_cupti", "dropped_sink", "api_filtered", "buffers", "buffers_refused",
               "valid_bytes", "callback_ns", "callback_ns_max", "outstanding_buffers", "strings",
-              "strings_dropped")
+              "strings_dropped", "peak_pending_bytes", "peak_outstanding_buffers", "buffer_bytes", "segments",
+              "segment_bytes", "segment_errors", "dropped_segment_write", "segment_write_ns",
+              "segment_write_ns_max", "segment_errno")
 MAX_KIND = 64
 
 _lib: ctypes.CDLL | None = None
@@ -106,6 +108,10 @@ def load() -> ctypes.CDLL:
         "ps_test_api_call": (None, [ctypes.c_int, ctypes.c_uint32, ctypes.c_uint32, ctypes.c_int32, ctypes.c_uint32]),
         "ps_test_api_half": (None, [ctypes.c_int, ctypes.c_uint32, ctypes.c_uint32, ctypes.c_int]),
         "ps_test_new_session": (None, []),
+        "ps_seg_open": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_uint32, ctypes.c_int64, ctypes.c_uint64, ctypes.c_size_t]),
+        "ps_seg_cycle": (None, []),
+        "ps_seg_stop": (None, []),
+        "ps_seg_close": (ctypes.c_uint64, []),
     }
     for name, (res, args) in sigs.items():
         fn = getattr(lib, name)
@@ -211,6 +217,33 @@ class Sink:
 
     def reset(self) -> None:
         self.lib.ps_reset()
+
+    # -- records written to segment files by the sink's own thread (see sink.c, segments.py) --
+    def segments_open(self, folder: str | os.PathLike[str], clock_offset_ns: int, interval_s: float,
+                      max_segment_bytes: int) -> None:
+        """Write records to segment files in ``folder`` (which must exist) from now on: a C
+        thread every ``interval_s`` (0: none; :meth:`segments_cycle` writes).
+
+        Raises:
+            CuptiUnavailableError: the sink already writes segments, or the folder is not writable.
+        """
+        ms = int(round(interval_s * 1000)) if interval_s > 0 else 0
+        rc = self.lib.ps_seg_open(os.fsencode(folder), layouts.CUPTI_API_VERSION, int(clock_offset_ns), max(ms, 1 if ms else 0),
+                                  int(max_segment_bytes))
+        if rc != 0:
+            raise CuptiUnavailableError(f"native CUPTI sink: {self.lib.ps_error().decode()}")
+
+    def segments_cycle(self) -> None:
+        """Write what the sink holds to segment files now (the thread does it every interval)."""
+        self.lib.ps_seg_cycle()
+
+    def segments_stop_thread(self) -> None:
+        """Stop the writer thread (a cycle in progress finishes); :meth:`segments_close` writes the rest."""
+        self.lib.ps_seg_stop()
+
+    def segments_close(self) -> int:
+        """Write what the sink holds and stop writing segments; returns the segments written."""
+        return int(self.lib.ps_seg_close())
 
     # -- API records through CUPTI's callback API (see sink.c) --
     def subscribe(self) -> int:

@@ -1,4 +1,9 @@
-"""The CUPTI collector for the recorder: a :class:`CuptiCollector` over the rank's writer.
+"""The CUPTI collector for the recorder: a :class:`CuptiCollector` for one rank.
+
+By default its sink writes segment files into ``<run>/raw/rank<R>/`` and a decoder in
+another process turns them into the rank's tables (:mod:`.decoding`); with the collector
+option ``cupti_decode="inprocess"`` (``PERFSCOPE_CUPTI_DECODE=inprocess``) it decodes at
+each flush into the rank's writer, in the training process.
 
 Importing it needs no GPU and no cupti-python (:func:`cupti.available` probes at start), so
 a machine without them records its host data with one clear note instead of failing.
@@ -9,11 +14,13 @@ from typing import Any
 
 from perfscope.collectors import cupti
 from perfscope.collectors.base import CollectorContext, CollectorStats, dropped_count
-from perfscope.collectors.cupti import native
+from perfscope.collectors.cupti import native, segments
 from perfscope.collectors.cupti.probe import gpu_present
 from perfscope.errors import CuptiUnavailableError
 
 NVTX_VAR = "NVTX_INJECTION64_PATH"
+#: the ``cupti_decode`` option value that keeps decoding in the training process
+INPROCESS = "inprocess"
 
 
 class CuptiRecording:
@@ -37,7 +44,11 @@ class CuptiRecording:
         self._route_nvtx(ctx, cupti.nvtx_injection_env)
         try:
             assert ctx.writer is not None  # in-process collectors get the rank's writer
-            collector = cupti.CuptiCollector(ctx.writer, api_source=ctx.options.cupti_api_source)
+            out_of_process = ctx.options.cupti_decode != INPROCESS and ctx.rank is not None
+            collector = cupti.CuptiCollector(
+                ctx.writer, api_source=ctx.options.cupti_api_source, segment_interval_s=ctx.options.flush_interval_s,
+                segment_dir=segments.rank_folder(ctx.run_path, int(ctx.rank or 0)) if out_of_process else None,
+            )
             collector.start()
         except CuptiUnavailableError as e:
             ctx.note(f"GPU activity is not recorded: {e}")
@@ -68,7 +79,7 @@ class CuptiRecording:
         self._added_env = []
 
     def flush(self) -> None:
-        """Hand the decoded records to the writer."""
+        """Hand the decoded records to the writer (out of process: nothing to do here)."""
         if self._collector is None or self._ctx is None:
             return
         try:

@@ -24,11 +24,14 @@
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -83,6 +86,10 @@ static size_t g_max_outstanding = 64;     /* buffers CUPTI may hold at once */
 static size_t g_outstanding = 0;
 static size_t g_bucket_limit = (size_t)1 << 30; /* all buckets together, bytes */
 static size_t g_bucket_bytes = 0;
+static size_t g_peak_pending = 0;         /* most bytes the buckets held at once */
+static size_t g_peak_outstanding = 0;     /* most CUPTI buffers handed out at once */
+static int seg_full(void);                 /* segments: see the writer below */
+static pthread_cond_t g_thr_cv;
 static char g_error[512];
 
 /* free list of CUPTI buffers (reused instead of malloc/free per buffer); every pooled
@@ -200,6 +207,7 @@ static void keep_record(const uint8_t *rec) {
     }
     b->len += b->rec_size;
     g_bucket_bytes += b->rec_size;
+    if (g_bucket_bytes > g_peak_pending) g_peak_pending = g_bucket_bytes;
     g_kept[kind]++;
 }
 
@@ -228,7 +236,7 @@ static void buffer_requested(uint8_t **buffer, size_t *size, size_t *max_records
     size_t sz = g_buf_size; /* read under the lock: ps_set_limits may change it */
     if (g_outstanding < g_max_outstanding) {
         b = g_pool_n ? g_pool[--g_pool_n] : aligned_alloc(8, sz);
-        if (b) g_outstanding++;
+        if (b && ++g_outstanding > g_peak_outstanding) g_peak_outstanding = g_outstanding;
     }
     if (!b) g_buffers_null++; /* CUPTI drops records and counts them as dropped */
     pthread_mutex_unlock(&g_mu);
@@ -265,7 +273,9 @@ static void buffer_completed(void *ctx, uint32_t stream, uint8_t *buffer, size_t
     uint64_t dt = now_ns() - t0;
     g_cb_ns += dt;
     if (dt > g_cb_ns_max) g_cb_ns_max = dt;
+    int wake = seg_full();
     pthread_mutex_unlock(&g_mu);
+    if (wake) pthread_cond_signal(&g_thr_cv);
 }
 
 
@@ -410,6 +420,7 @@ static void merge_stage(int kind) {
         memcpy(b->data + b->len, taken.data, n);
         b->len += n;
         g_bucket_bytes += n;
+        if (g_bucket_bytes > g_peak_pending) g_peak_pending = g_bucket_bytes;
         g_kept[kind] += n / PS_API_REC;
     }
     g_seen[kind] += taken.len / PS_API_REC;
@@ -421,6 +432,297 @@ static void merge_stage(int kind) {
     pthread_mutex_unlock(&g_merge_mu);
 }
 
+/* ------------------------ segments: records written out of the process ------------------------
+ * With ps_seg_open() the sink writes its records to files instead of waiting for ps_take():
+ * a writer thread of its own wakes every interval (or sooner once the buckets hold a quarter
+ * of their limit), asks CUPTI for its completed buffers (cuptiActivityFlushAll(0)), swaps
+ * every bucket out under g_mu (constant time) and writes, without any lock the recording
+ * takes, one or more segment files <dir>/<pid>-<seq>.cupti: a 64-byte header, then blocks,
+ * each a 32-byte header and its payload padded to 8 bytes.  A block holds the records of one
+ * kind, byte for byte as the buckets hold them, or (kind 0) the strings interned since the
+ * last block of strings, NUL-separated, so that a reader going through the segments of one
+ * pid in seq order knows every string a record refers to.  Each file is written under a
+ * hidden temporary name, fsynced and renamed into place: a reader never sees half a segment
+ * under its final name, and a process killed outright loses at most one interval.  A
+ * segment holds at most max_segment_bytes of blocks (a larger bucket is split into several
+ * segments, on whole records).  perfscope.collectors.cupti.segments reads them; the header
+ * layouts below are the format, version PS_SEG_VERSION.
+ *
+ * Lock order: g_write_mu (one write cycle at a time), then g_merge_mu, g_cb_mu, g_mu. */
+#define PS_SEG_VERSION 1
+#define PS_SEG_SPARE_MAX ((size_t)16 << 20) /* emptied buckets larger than this are freed */
+
+typedef struct {
+    char magic[8];            /* "PSCUPTI\0" */
+    uint32_t version;         /* PS_SEG_VERSION */
+    uint32_t header_bytes;    /* sizeof(seg_header_t) */
+    uint32_t layout_version;  /* CUPTI API version of the record layouts (layouts.CUPTI_API_VERSION) */
+    uint32_t pid;
+    uint64_t seq;             /* 0, 1, 2, ... per pid */
+    int64_t clock_offset_ns;  /* add to CUPTI timestamps for Unix-epoch ns */
+    uint32_t nblocks;
+    uint32_t flags;           /* 0 */
+    uint64_t created_ns;      /* CLOCK_REALTIME */
+    uint64_t payload_bytes;   /* bytes after this header: the file is header_bytes + payload_bytes long */
+} seg_header_t;
+
+typedef struct {
+    int32_t kind;             /* CUPTI activity kind; 0: strings */
+    uint32_t record_bytes;    /* bytes per record; 0 for strings */
+    uint64_t count;           /* records, or strings */
+    uint64_t first_id;        /* strings: id of the first one; records: 0 */
+    uint64_t payload_bytes;   /* unpadded */
+} block_header_t;
+
+_Static_assert(sizeof(seg_header_t) == 64, "segment header is 64 bytes");
+_Static_assert(sizeof(block_header_t) == 32, "block header is 32 bytes");
+
+typedef struct {
+    int32_t kind;
+    uint32_t rec;
+    const uint8_t *data;
+    size_t bytes;
+    uint64_t count, first_id;
+} piece_t;
+
+static pthread_mutex_t g_write_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t g_thr_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t g_thr_cv = PTHREAD_COND_INITIALIZER;
+static pthread_t g_thread;
+static int g_thread_on = 0, g_thread_stop = 0;
+static int g_seg_on = 0;                 /* g_write_mu; read atomically under g_mu by seg_full */
+static char g_seg_dir[4096];
+static uint32_t g_seg_pid, g_seg_layout;
+static uint64_t g_seg_seq = 0;
+static int64_t g_seg_offset = 0;
+static uint64_t g_seg_interval_ms = 2000;
+static size_t g_seg_max = (size_t)64 << 20;
+static bucket_t g_wspare[PS_MAX_KIND];   /* emptied buckets kept for reuse (g_mu) */
+static size_t g_writing = 0;             /* bytes swapped out and being written (g_mu) */
+static uint64_t g_segments = 0, g_seg_bytes = 0, g_seg_errors = 0, g_seg_lost = 0;
+static uint64_t g_seg_ns = 0, g_seg_ns_max = 0;
+static int g_seg_errno = 0;
+static size_t g_seg_taken = 0;           /* strings written to segments (g_blob offset; g_mu) */
+
+static int write_all(int fd, const void *p, size_t n) {
+    const uint8_t *c = (const uint8_t *)p;
+    while (n) {
+        ssize_t w = write(fd, c, n);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            return -1;
+        }
+        c += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+/* Write pieces [0, n) as one segment file.  Returns the bytes written, or 0 (errno in *err). */
+static uint64_t seg_write(const piece_t *p, int n, int *err) {
+    static const uint8_t zeros[8] = {0};
+    char fin[4200], tmp[4200];
+    uint64_t seq = g_seg_seq++;
+    snprintf(fin, sizeof fin, "%s/%u-%08llu.cupti", g_seg_dir, g_seg_pid, (unsigned long long)seq);
+    snprintf(tmp, sizeof tmp, "%s/.%u-%08llu.cupti.tmp", g_seg_dir, g_seg_pid, (unsigned long long)seq);
+    seg_header_t h;
+    memset(&h, 0, sizeof h);
+    memcpy(h.magic, "PSCUPTI", 8);
+    h.version = PS_SEG_VERSION;
+    h.header_bytes = sizeof h;
+    h.layout_version = g_seg_layout;
+    h.pid = g_seg_pid;
+    h.seq = seq;
+    h.clock_offset_ns = g_seg_offset;
+    h.nblocks = (uint32_t)n;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    h.created_ns = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+    for (int i = 0; i < n; i++) h.payload_bytes += sizeof(block_header_t) + ((p[i].bytes + 7) & ~(size_t)7);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) { *err = errno; return 0; }
+    int rc = write_all(fd, &h, sizeof h);
+    for (int i = 0; i < n && rc == 0; i++) {
+        block_header_t b = {p[i].kind, p[i].rec, p[i].count, p[i].first_id, p[i].bytes};
+        size_t pad = ((p[i].bytes + 7) & ~(size_t)7) - p[i].bytes;
+        rc = write_all(fd, &b, sizeof b);
+        if (rc == 0) rc = write_all(fd, p[i].data, p[i].bytes);
+        if (rc == 0 && pad) rc = write_all(fd, zeros, pad);
+    }
+    if (rc == 0) rc = fsync(fd);
+    if (rc != 0) *err = errno;
+    close(fd);
+    if (rc == 0 && rename(tmp, fin) != 0) { *err = errno; rc = -1; }
+    if (rc != 0) { unlink(tmp); return 0; }
+    return sizeof h + h.payload_bytes;
+}
+
+typedef struct {
+    uint64_t files, bytes, errors, lost;
+    int err;
+} seg_tally_t; /* what one write cycle did, added to the counters under g_mu */
+
+/* Cut the taken buckets (and the strings) into pieces of at most g_seg_max bytes, whole
+ * records each, and write them as segments of at most g_seg_max bytes, counting in *t. */
+static void seg_write_pieces(const bucket_t *taken, const int *kinds, int nt, const piece_t *strs, seg_tally_t *t) {
+    size_t maxp = 1;
+    for (int i = 0; i < nt; i++) {
+        size_t rs = taken[i].rec_size, per = g_seg_max / rs ? g_seg_max / rs : 1;
+        maxp += (taken[i].len / rs + per - 1) / per;
+    }
+    piece_t *p = calloc(maxp, sizeof *p);
+    if (!p) {
+        for (int i = 0; i < nt; i++) t->lost += taken[i].len / taken[i].rec_size;
+        t->errors++;
+        t->err = ENOMEM;
+        return;
+    }
+    int np = 0;
+    if (strs) p[np++] = *strs;
+    for (int i = 0; i < nt; i++) {
+        size_t rs = taken[i].rec_size, per = g_seg_max / rs ? g_seg_max / rs : 1;
+        for (size_t off = 0; off < taken[i].len;) {
+            size_t nrec = (taken[i].len - off) / rs;
+            if (nrec > per) nrec = per;
+            p[np++] = (piece_t){kinds[i], (uint32_t)rs, taken[i].data + off, nrec * rs, nrec, 0};
+            off += nrec * rs;
+        }
+    }
+    for (int a = 0; a < np;) {
+        int b = a + 1;
+        size_t sz = p[a].bytes;
+        while (b < np && sz + p[b].bytes <= g_seg_max) sz += p[b++].bytes;
+        uint64_t written = seg_write(p + a, b - a, &t->err);
+        if (written) {
+            t->files++;
+            t->bytes += written;
+        } else {
+            t->errors++;
+            for (int i = a; i < b; i++) t->lost += p[i].kind ? p[i].count : 0;
+        }
+        a = b;
+    }
+    free(p);
+}
+
+/* One write cycle: everything the sink holds now goes to segment files. */
+static void seg_cycle(void) {
+    pthread_mutex_lock(&g_write_mu);
+    if (!g_seg_on) { pthread_mutex_unlock(&g_write_mu); return; }
+    uint64_t t0 = now_ns();
+    merge_stage(PS_KIND_RUNTIME);
+    merge_stage(PS_KIND_DRIVER);
+    bucket_t taken[PS_MAX_KIND];
+    int kinds[PS_MAX_KIND], nt = 0;
+    char *strs = NULL;
+    piece_t sp = {0};
+    pthread_mutex_lock(&g_mu);
+    for (int k = 1; k < PS_MAX_KIND; k++) {
+        bucket_t *b = &g_bucket[k];
+        if (!b->len || !b->rec_size) continue;
+        taken[nt] = *b;
+        kinds[nt++] = k;
+        b->data = g_wspare[k].data; /* empty; records land there from now on */
+        b->cap = g_wspare[k].cap;
+        b->len = 0;
+        g_wspare[k].data = NULL;
+        g_wspare[k].cap = 0;
+        g_bucket_bytes -= taken[nt - 1].len;
+        g_writing += taken[nt - 1].len;
+    }
+    size_t slen = g_blob_len - g_seg_taken;
+    if (slen && (strs = malloc(slen)) != NULL) {
+        size_t lo = 0, hi = g_nstr; /* first id whose offset >= g_seg_taken */
+        while (lo < hi) {
+            size_t mid = (lo + hi) / 2;
+            if (g_str_off[mid] < g_seg_taken) lo = mid + 1; else hi = mid;
+        }
+        memcpy(strs, g_blob + g_seg_taken, slen);
+        sp = (piece_t){0, 0, (const uint8_t *)strs, slen, g_nstr - lo, lo};
+        g_seg_taken = g_blob_len;
+    }
+    pthread_mutex_unlock(&g_mu);
+
+    seg_tally_t tally = {0};
+    if (nt || strs) seg_write_pieces(taken, kinds, nt, strs ? &sp : NULL, &tally);
+
+    pthread_mutex_lock(&g_mu);
+    for (int i = 0; i < nt; i++) {
+        int k = kinds[i];
+        g_writing -= taken[i].len;
+        if (!g_wspare[k].data && taken[i].cap <= PS_SEG_SPARE_MAX) {
+            g_wspare[k].data = taken[i].data;
+            g_wspare[k].cap = taken[i].cap;
+        } else {
+            free(taken[i].data);
+        }
+    }
+    g_segments += tally.files;
+    g_seg_bytes += tally.bytes;
+    g_seg_errors += tally.errors;
+    g_seg_lost += tally.lost;
+    if (tally.err) g_seg_errno = tally.err;
+    uint64_t dt = now_ns() - t0;
+    g_seg_ns += dt;
+    if (dt > g_seg_ns_max) g_seg_ns_max = dt;
+    pthread_mutex_unlock(&g_mu);
+    free(strs);
+    if (nt || slen) { /* the renames reach the disk with the folder */
+        int dfd = open(g_seg_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (dfd >= 0) { fsync(dfd); close(dfd); }
+    }
+    pthread_mutex_unlock(&g_write_mu);
+}
+
+static void *seg_thread(void *arg) {
+    (void)arg;
+    pthread_mutex_lock(&g_thr_mu);
+    while (!g_thread_stop) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        uint64_t ns = (uint64_t)ts.tv_nsec + (g_seg_interval_ms % 1000) * 1000000ull;
+        ts.tv_sec += (time_t)(g_seg_interval_ms / 1000 + ns / 1000000000ull);
+        ts.tv_nsec = (long)(ns % 1000000000ull);
+        pthread_cond_timedwait(&g_thr_cv, &g_thr_mu, &ts);
+        if (g_thread_stop) break;
+        pthread_mutex_unlock(&g_thr_mu);
+        if (p_flush_all) p_flush_all(0); /* completed buffers reach the buckets (on this thread) */
+        seg_cycle();
+        pthread_mutex_lock(&g_thr_mu);
+    }
+    pthread_mutex_unlock(&g_thr_mu);
+    return NULL;
+}
+
+/* True when the writer should wake before its interval: the buckets hold a quarter of their
+ * limit (caller holds g_mu). */
+static int seg_full(void) {
+    return __atomic_load_n(&g_seg_on, __ATOMIC_RELAXED) && g_bucket_bytes > g_bucket_limit / 4;
+}
+
+static void seg_stop_thread(void) {
+    pthread_mutex_lock(&g_thr_mu);
+    int on = g_thread_on;
+    g_thread_stop = 1;
+    pthread_cond_signal(&g_thr_cv);
+    pthread_mutex_unlock(&g_thr_mu);
+    if (on) pthread_join(g_thread, NULL);
+    pthread_mutex_lock(&g_thr_mu);
+    g_thread_on = 0;
+    pthread_mutex_unlock(&g_thr_mu);
+}
+
+/* In a forked child the writer thread does not exist and the segments are the parent's. */
+static void seg_after_fork(void) {
+    pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
+    pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
+    g_write_mu = fresh;
+    g_thr_mu = fresh;
+    g_thr_cv = cv;
+    g_thread_on = 0;
+    g_seg_on = 0;
+}
+
 /* In a forked child only the forking thread exists: locks another thread held stay held
  * forever, and the cached ids are the parent's.  Start the child over. */
 static void after_fork_child(void) {
@@ -430,6 +732,7 @@ static void after_fork_child(void) {
     g_merge_mu = fresh;
     g_pid = (uint32_t)getpid();
     t_tid = 0;
+    seg_after_fork();
 }
 
 static pthread_once_t g_atfork_once = PTHREAD_ONCE_INIT;
@@ -611,10 +914,12 @@ PS_EXPORT size_t ps_take_strings(char *dst, size_t cap, uint64_t *first_id) {
 
 /* Counters: out[0..63] seen per kind, out[64..127] kept per kind, then dropped_cupti,
  * dropped_sink, api_filtered, buffers_done, buffers_null, valid_bytes, callback_ns,
- * callback_ns_max, outstanding, strings, strings_dropped.  Returns the number of values
- * written. */
+ * callback_ns_max, outstanding, strings, strings_dropped, peak_pending_bytes,
+ * peak_outstanding_buffers, buffer_bytes, segments, segment_bytes, segment_errors,
+ * segment_lost_records, segment_write_ns, segment_write_ns_max, segment_errno.  Returns the
+ * number of values written. */
 PS_EXPORT int ps_stats(uint64_t *out, int n) {
-    uint64_t v[2 * PS_MAX_KIND + 11];
+    uint64_t v[2 * PS_MAX_KIND + 21];
     pthread_mutex_lock(&g_mu);
     memcpy(v, g_seen, sizeof g_seen);
     memcpy(v + PS_MAX_KIND, g_kept, sizeof g_kept);
@@ -622,6 +927,9 @@ PS_EXPORT int ps_stats(uint64_t *out, int n) {
     t[0] = g_dropped_cupti; t[1] = g_dropped_sink; t[2] = g_api_filtered;
     t[3] = g_buffers_done; t[4] = g_buffers_null; t[5] = g_valid_bytes;
     t[6] = g_cb_ns; t[7] = g_cb_ns_max; t[8] = g_outstanding; t[9] = g_nstr; t[10] = g_strings_dropped;
+    t[11] = g_peak_pending; t[12] = g_peak_outstanding; t[13] = g_buf_size; t[14] = g_segments;
+    t[15] = g_seg_bytes; t[16] = g_seg_errors; t[17] = g_seg_lost; t[18] = g_seg_ns; t[19] = g_seg_ns_max;
+    t[20] = (uint64_t)g_seg_errno;
     pthread_mutex_unlock(&g_mu);
     if (n < 0) n = 0;
     int m = n < (int)(sizeof v / sizeof v[0]) ? n : (int)(sizeof v / sizeof v[0]);
@@ -647,6 +955,10 @@ PS_EXPORT void ps_reset(void) {
     g_api_filter = 0;
     g_api_filtered = g_dropped_cupti = g_dropped_sink = 0;
     g_buffers_done = g_buffers_null = g_valid_bytes = g_cb_ns = g_cb_ns_max = 0;
+    g_peak_pending = g_bucket_bytes;
+    g_peak_outstanding = g_outstanding;
+    g_segments = g_seg_bytes = g_seg_errors = g_seg_lost = g_seg_ns = g_seg_ns_max = 0;
+    g_seg_errno = 0;
     pthread_mutex_unlock(&g_mu);
     pthread_mutex_unlock(&g_cb_mu);
     pthread_mutex_unlock(&g_merge_mu);
@@ -771,4 +1083,75 @@ PS_EXPORT void ps_test_api_call(int domain, uint32_t cbid, uint32_t correlation_
     }
     d.site = 1;
     api_callback(NULL, domain, cbid, &d);
+}
+
+
+/* --------------------------------- segments: exported API --------------------------------- */
+
+/* Write records to segment files in `dir` (which must exist) from now on: a writer thread
+ * every `interval_ms` (0: no thread; ps_seg_cycle() writes), segments of at most
+ * `max_segment_bytes`.  `layout_version` and `clock_offset_ns` go into every header.
+ * Returns 0, or -1 with ps_error() set (already writing, or the folder is not writable). */
+PS_EXPORT int ps_seg_open(const char *dir, uint32_t layout_version, int64_t clock_offset_ns, uint64_t interval_ms,
+                          size_t max_segment_bytes) {
+    pthread_mutex_lock(&g_write_mu);
+    if (g_seg_on) {
+        pthread_mutex_unlock(&g_write_mu);
+        snprintf(g_error, sizeof g_error, "the sink is already writing segments to %.400s", g_seg_dir);
+        return -1;
+    }
+    if (strlen(dir) >= sizeof g_seg_dir || access(dir, W_OK) != 0) {
+        pthread_mutex_unlock(&g_write_mu);
+        snprintf(g_error, sizeof g_error, "cannot write segments to %.400s: %s", dir, strerror(errno ? errno : ENAMETOOLONG));
+        return -1;
+    }
+    pthread_once(&g_atfork_once, install_atfork);
+    snprintf(g_seg_dir, sizeof g_seg_dir, "%s", dir);
+    g_seg_layout = layout_version;
+    g_seg_offset = clock_offset_ns;
+    if (g_seg_pid != (uint32_t)getpid()) { /* seq goes on across sessions: names are never reused */
+        g_seg_pid = (uint32_t)getpid();
+        g_seg_seq = 0;
+    }
+    /* A session's first segment carries the whole string table (the folder may be another
+     * run's): a reader of one run knows every name. */
+    pthread_mutex_lock(&g_mu);
+    g_seg_taken = 0;
+    pthread_mutex_unlock(&g_mu);
+    g_seg_interval_ms = interval_ms;
+    g_seg_max = max_segment_bytes >= 4096 ? max_segment_bytes : 4096;
+    __atomic_store_n(&g_seg_on, 1, __ATOMIC_RELAXED);
+    pthread_mutex_unlock(&g_write_mu);
+    if (interval_ms) {
+        pthread_mutex_lock(&g_thr_mu);
+        g_thread_stop = 0;
+        g_thread_on = pthread_create(&g_thread, NULL, seg_thread, NULL) == 0;
+        pthread_mutex_unlock(&g_thr_mu);
+        if (!g_thread_on) {
+            __atomic_store_n(&g_seg_on, 0, __ATOMIC_RELAXED);
+            snprintf(g_error, sizeof g_error, "cannot start the segment writer thread");
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Write what the sink holds now (the writer thread does this every interval). */
+PS_EXPORT void ps_seg_cycle(void) { seg_cycle(); }
+
+/* Stop the writer thread (waiting for a cycle in progress); ps_seg_close() writes the rest. */
+PS_EXPORT void ps_seg_stop(void) { seg_stop_thread(); }
+
+/* Stop the thread, write what the sink holds and stop writing segments.  Returns segments
+ * written since the last ps_reset(). */
+PS_EXPORT uint64_t ps_seg_close(void) {
+    seg_stop_thread();
+    seg_cycle();
+    pthread_mutex_lock(&g_write_mu);
+    __atomic_store_n(&g_seg_on, 0, __ATOMIC_RELAXED);
+    pthread_mutex_unlock(&g_write_mu);
+    pthread_mutex_lock(&g_mu);
+    uint64_t n = g_segments;
+    pthread_mutex_unlock(&g_mu);
+    return n;
 }

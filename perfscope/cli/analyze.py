@@ -81,6 +81,12 @@ def analyze(sources: tuple[str, ...], fmt: str, output: str | None, force: bool,
     if plan is None and run_out is not None:
         raise UsageError(f"--run-out applies to trace files, and {sources[0]} is a run")
     target = output_target(output, force=force)
+    if plan is None and isinstance(source, str):
+        from perfscope.recorder.recover import recover_if_needed
+
+        recovered = recover_if_needed(source, by="perfscope analyze")
+        if recovered:
+            click.echo(f"perfscope: {recovered}", err=True)
     label = "analysing" if plan is None or plan.reuse else "importing and analysing"
     with progress_reporter(label) as progress, import_warnings_on_stderr():
         a = perfscope.analyze(source, config, progress=progress, run_out=run_out, force=force and plan is not None,

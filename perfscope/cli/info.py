@@ -12,6 +12,7 @@ from perfscope.cli.options import (
     output_target,
     text_style,
 )
+from perfscope.recorder.recover import recover_if_needed
 from perfscope.store import open_run
 
 
@@ -55,6 +56,9 @@ def run_info(path: str) -> dict:
 def info(run: str, fmt: str, output: str | None, force: bool) -> None:
     """Show RUN's metadata, ranks and row counts per table."""
     target = output_target(output, force=force)
+    recovered = recover_if_needed(run, by="perfscope info")
+    if recovered:
+        click.echo(f"perfscope: {recovered}", err=True)
     doc = run_info(run)
     if fmt == "json":
         emit(json.dumps(doc, indent=2, default=str) + "\n", target)

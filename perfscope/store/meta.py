@@ -14,6 +14,10 @@ so a reader never sees half a file.
 ``ranks/parts-rank-N-WRITER.jsonl``: the manifest, one file per writer of rank N, one JSON
 line per part file it wrote (see :mod:`perfscope.store.integrity`).
 
+``raw/rankN/``: files a recording process wrote for a decoder in another process to turn
+into tables (the CUPTI sink's segments, see :mod:`perfscope.collectors.cupti.segments`);
+those not decoded yet are what ``perfscope recover`` decodes after a job was killed.
+
 ``ranks/rank-N.json`` keys: ``rank``, ``local_rank``, ``host``, ``pid``, ``status``,
 ``started_ns``, ``stopped_ns``, ``gpu`` (name, uuid, ...), ``versions`` (driver, cuda,
 cupti, nccl, torch, python), ``clock_offset_ns`` (add to CUPTI timestamps to get Unix
@@ -212,6 +216,10 @@ def _publish_new(path: Path, obj: Any, durable: bool) -> bool:
 # (perfscope.profiler.NCCL_RAW_DIR); temporary names are those of atomic_write_json,
 # _publish_new and the writer.
 NCCL_DIR = "nccl_plugin"
+RAW_DIR = "raw"
+_RAW_RANK = re.compile(r"^rank\d+$")
+_RAW_FILE = re.compile(r"^(\.?\d+-\d+\.cupti(\.tmp|\.decoded|\.damaged)?|\.lock)$")
+_RAW_UNDECODED = re.compile(r"^(\d+-\d+\.cupti|\.\d+-\d+\.cupti\.tmp)$")
 _CREATING = re.compile(r"^\.run\.json\.[0-9a-f.]+\.tmp$")
 _RANKS_FILE = re.compile(r"^(rank-\d+\.json|parts-rank-\d+-[0-9a-f]+-\d+\.jsonl|\.rank-\d+\.json\.\d+\.tmp)$")
 _NCCL_FILE = re.compile(r"^nccl-rank-?\d+-.+\.psnccl$")
@@ -241,7 +249,8 @@ def _entries(root: Path) -> list[Path]:
     """The entries of ``root`` named like a run's own (see :func:`perfscope_entries`)."""
     from perfscope.store.schema import TABLES
 
-    return [p for p in (root / name for name in [RUN_JSON, RANKS_DIR, NCCL_DIR, *TABLES]) if p.exists() or p.is_symlink()]
+    return [p for p in (root / name for name in [RUN_JSON, RANKS_DIR, NCCL_DIR, RAW_DIR, *TABLES])
+            if p.exists() or p.is_symlink()]
 
 
 def _foreign_file(entry: Path) -> Path | None:
@@ -251,6 +260,14 @@ def _foreign_file(entry: Path) -> Path | None:
         return None if _plain_file(entry) else entry
     if not _plain_dir(entry):
         return entry
+    if entry.name == RAW_DIR:
+        for rank_dir in entry.iterdir():
+            if not (_RAW_RANK.match(rank_dir.name) and _plain_dir(rank_dir)):
+                return rank_dir
+            bad = next((f for f in rank_dir.iterdir() if not (_RAW_FILE.match(f.name) and _plain_file(f))), None)
+            if bad is not None:
+                return bad
+        return None
     if entry.name in (RANKS_DIR, NCCL_DIR):
         pattern = _RANKS_FILE if entry.name == RANKS_DIR else _NCCL_FILE
         return next((c for c in entry.iterdir() if not (pattern.match(c.name) and _plain_file(c))), None)
@@ -269,6 +286,16 @@ def _plain_file(p: Path) -> bool:
 
 def _plain_dir(p: Path) -> bool:
     return p.is_dir() and not p.is_symlink()
+
+
+def undecoded_raw_files(root: Path) -> list[Path]:
+    """The files under ``raw/`` that no decoder has turned into tables yet (whole segments,
+    and unfinished ones a killed process left), sorted."""
+    raw = Path(root) / RAW_DIR
+    if not raw.is_dir():
+        return []
+    return sorted(f for d in raw.iterdir() if _RAW_RANK.match(d.name) and d.is_dir()
+                  for f in d.iterdir() if _RAW_UNDECODED.match(f.name))
 
 
 def check_output(out: Path, force: bool) -> None:

@@ -25,7 +25,7 @@ import pyarrow.parquet as pq
 from perfscope.errors import CorruptRunError, UsageError
 from perfscope.store import integrity
 from perfscope.store.columns import Coded, column_array, from_codes, ints_and_nulls
-from perfscope.store.meta import RANK_FOLDER, load_meta
+from perfscope.store.meta import RANK_FOLDER, RAW_DIR, load_meta, undecoded_raw_files
 from perfscope.store.schema import TABLES, Table, table as table_decl
 
 if TYPE_CHECKING:
@@ -549,4 +549,8 @@ def open_run(path: str | os.PathLike[str], *, check: bool = True) -> Run:
         if check:
             found.raise_errors(root)
         warnings = found.errors + found.warnings
+    raw = undecoded_raw_files(root)
+    if raw and meta.get("status") != "recording":
+        warnings.append(f"{len(raw)} raw file(s) under {root / RAW_DIR} were never decoded (the job was killed with "
+                        f"them): run `perfscope recover {root}` to add their rows")
     return Run(path=root, meta=meta, _parts=parts, _manifest=manifest, _check=check, integrity_warnings=warnings)

@@ -32,14 +32,14 @@ TESTS = {
         "tests/unit/test_store_kineto_filter.py", "-k", "not shared and not fixtures and not import",
         "tests/unit/test_store_kineto_native.py", "-k", "not shared and not fixtures and not table and not pandas",
         STREAM, "-k", "writers or wrong_split or few_rows or bad_rules or every_way",
-        "tests/unit/test_cupti_sink.py",
+        "tests/unit/test_cupti_sink.py", "tests/unit/test_cupti_segments.py",
     ],
     "thread": [
         STREAM, "-k", "writers or wrong_split",
         "tests/unit/test_store_kineto_filter.py::test_two_threads_and_in_place_give_the_same_text",
         "tests/unit/test_store_kineto_filter.py::test_wrong_split_guesses_are_caught",
         "tests/unit/test_store_kineto_filter.py::test_errors_in_either_half_are_found_with_two_threads",
-        "tests/unit/test_cupti_sink.py",
+        "tests/unit/test_cupti_sink.py", "tests/unit/test_cupti_segments.py::test_the_writer_thread_writes_on_its_own_and_close_writes_the_rest",
     ],
 }
 RUNTIME = {"address,undefined": ["libasan.so", "libubsan.so"], "thread": ["libtsan.so"]}
