@@ -124,14 +124,31 @@ def cycle_worker(args: argparse.Namespace) -> None:
                 vals[on] = block(prof)
                 prof.stop()
                 if i == 0:
-                    meta = json.loads((tmp / f"{arm}-{i}" / "ranks" / "rank-0.json").read_text())
-                    acc[arm]["meta"] = {"windows": meta.get("windows"), "dropped": meta.get("dropped_events"),  # type: ignore[dict-item]
-                                        "api_source": ((meta.get("collector_stats") or {}).get("cupti") or {}).get("api_source")}
+                    acc[arm]["meta"] = _run_facts(tmp / f"{arm}-{i}")  # type: ignore[assignment]
                 shutil.rmtree(tmp / f"{arm}-{i}", ignore_errors=True)
             acc[arm]["ratios"].append(vals[True] / vals[False])
             acc[arm]["on"].append(vals[True])
             acc[arm]["off"].append(vals[False])
     Path(args.json).write_text(json.dumps({"steps_per_block": n, "arms": acc}))
+
+
+def _run_facts(run: Path) -> dict[str, Any]:
+    """Windows, drops and API source of a perfscope.profile run, and how many kernels lie
+    outside its windows (each step synchronises, so none should; 1 ms of clock slack)."""
+    import numpy as np
+
+    import perfscope
+
+    r = perfscope.open_run(run)
+    meta = r.rank_meta(0)
+    wins = [w for w in meta.get("windows") or [] if w.get("first_step") is not None]
+    starts = r.table("kernels")["start_ns"].to_numpy(np.int64)
+    inside = np.zeros(len(starts), bool)
+    for w in wins:
+        inside |= (starts >= w["start_ns"] - 1_000_000) & (starts <= (w["end_ns"] or 2**62) + 1_000_000)
+    return {"windows": wins, "dropped": meta.get("dropped_events"), "kernels": int(len(starts)),
+            "kernels_outside_windows": int((~inside).sum()) if wins else None,
+            "api_source": ((meta.get("collector_stats") or {}).get("cupti") or {}).get("api_source")}
 
 
 def cycle(args: argparse.Namespace) -> dict[str, Any]:
@@ -274,15 +291,16 @@ def table(cross: dict[str, Any], pair: dict[str, Any], cyc: dict[str, Any]) -> s
             rows.append(f"| {arm} | {t['delta_median']:+.2f} ({t['ratio_median']:.3f}) | {s['delta_median']:+.2f} "
                         f"({s['ratio_median']:.3f}) | {t.get('api_source') or ''} |")
     if cyc:
-        rows += ["", f"| in-process, paired blocks of {cyc['steps_per_block']} steps | ratio, median [IQR] | API records | windows |",
-                 "| --- | --- | --- | --- |"]
+        rows += ["", f"| in-process, paired blocks of {cyc['steps_per_block']} steps | ratio, median [IQR] | API records | "
+                 "windows | kernels (outside windows) | dropped |", "| --- | --- | --- | --- | --- | --- |"]
         for arm in ("profile_schedule", "profile_all"):
             c = cyc.get(arm)
             if c:
                 meta = c.get("meta") or {}
                 wins = [(w["first_step"], w["last_step"]) for w in meta.get("windows") or []]
                 rows.append(f"| {arm} | {c['ratio_median']:.4f} [{c['ratio_q1']:.4f} .. {c['ratio_q3']:.4f}] | "
-                            f"{meta.get('api_source') or ''} | {wins or ''} |")
+                            f"{meta.get('api_source') or ''} | {wins or ''} | {meta.get('kernels')} "
+                            f"({meta.get('kernels_outside_windows')}) | {sum((meta.get('dropped') or {}).values())} |")
     return "\n".join(rows)
 
 
