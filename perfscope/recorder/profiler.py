@@ -383,6 +383,9 @@ class Profiler:
         if self._spans is None or self._set is None:
             return
         self._spans.on = self._markers.on = phase == ACTIVE
+        if phase == ACTIVE and self._flusher is not None and self._steps is not None and self._steps.dropped_intervals():
+            # A decoder in another process drops a warm-up's rows once the rank file gives its end.
+            self._flusher.wake()
         if phase == OFF and self._collecting:
             self._collecting = False
             for error in self._set.close_window():
@@ -434,6 +437,9 @@ class Profiler:
                 except Exception as e:  # noqa: BLE001
                     errors.append(f"{type(e).__name__}: {e}")
             if self._set is not None:
+                if self._writer is not None and not self._dead and self._steps is not None and self._steps.windows:
+                    # The job-wide decoder of CUPTI's segments reads the windows from the rank file.
+                    self._write_rank_meta("recording")
                 # After the writer: the job-wide collectors write their own tables (NCCL's).
                 errors += self._set.stop(("job",))
             if self._writer is not None and not self._dead:

@@ -135,3 +135,37 @@ def test_poller_returns_each_request_once_in_order(tmp_path: Path) -> None:
         assert poller.poll() == []
         (tmp_path / "od" / "control" / "trigger-0-bad.json").write_text("{not json")
         assert poller.poll() == []
+
+
+SEEN_AT_JOB_STOP: list[object] = []
+
+
+class WindowReader:
+    """A job-wide collector like the CUPTI decoder: reads the rank file's windows when it stops."""
+
+    def start(self, ctx: CollectorContext) -> bool:
+        self.ctx = ctx
+        return True
+
+    def flush(self) -> None:
+        pass
+
+    def stop(self) -> CollectorStats:
+        from perfscope._steps import settled_warmups
+        from perfscope.store.meta import rank_meta_path, read_json
+
+        windows = read_json(rank_meta_path(self.ctx.run_path, 0)).get("windows") or []
+        SEEN_AT_JOB_STOP.append(settled_warmups(windows))
+        return CollectorStats()
+
+
+def test_job_collectors_read_the_final_windows_when_they_stop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # a short block (no periodic flush in it): the decoder still learns where the warm-up ended
+    spec = CollectorSpec("reader", f"{__name__}:WindowReader", "job", option="host_hooks")
+    monkeypatch.setattr(registry, "REGISTRY", (*registry.REGISTRY, spec))
+    SEEN_AT_JOB_STOP.clear()
+    with perfscope.profile(tmp_path / "r", schedule="wait=2,warmup=1,active=2", flush_interval_s=60, **CPU_ONLY) as prof:
+        for _ in range(6):
+            prof.step()
+    (warmups,) = SEEN_AT_JOB_STOP
+    assert len(warmups) == 1 and warmups[0][0] < warmups[0][1]  # type: ignore[index]
