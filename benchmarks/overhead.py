@@ -117,6 +117,16 @@ def tiny_loop(torch: Any, launches: int, reps: int = 5) -> Callable[[], float]:
 
 def transformer(torch: Any, steps: int) -> Callable[[], float]:
     """Median milliseconds per training step over ``steps`` steps (each synchronised)."""
+    one = transformer_step(torch)
+
+    def run() -> float:
+        return statistics.median(one() for _ in range(steps))
+
+    return run
+
+
+def transformer_step(torch: Any) -> Callable[[], float]:
+    """One synchronised training step of the 8-layer encoder (after 5 warm-up steps): its ms."""
     import torch.nn as nn
 
     torch.manual_seed(0)
@@ -138,11 +148,7 @@ def transformer(torch: Any, steps: int) -> Callable[[], float]:
 
     for _ in range(5):
         one()
-
-    def run() -> float:
-        return statistics.median(one() for _ in range(steps))
-
-    return run
+    return one
 
 
 # ---------------------------------------------------------------------- driver ----

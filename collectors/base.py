@@ -18,7 +18,12 @@ When a collector starts depends on its :data:`Phase`:
   after they end): run by ``perfscope record``'s launcher, or by an in-process
   ``perfscope.profile`` for its own process (the NCCL profiler plugin);
 * ``process``: for the whole life of a recording process (host hooks);
-* ``window``: while the schedule's recording window is open (CUPTI, NVML).
+* ``window``: while the schedule's recording window is open (CUPTI, NVML).  A window
+  collector whose registry line says ``pausable`` also implements ``pause()`` and
+  ``resume()``: it starts with the recording, is paused between windows (it must then cost
+  the training loop nothing: CUPTI disables its activity kinds and callbacks) and resumed
+  when the next window's warm-up begins, so opening a window costs no start-up.  Other
+  window collectors are started when a window opens and stopped when it closes.
 
 A collector never imports the recorder (``perfscope.profiler``, ``perfscope.launch``,
 ``perfscope.options``, ``perfscope.recorder``): what it needs arrives in the
@@ -132,6 +137,19 @@ class Collector(Protocol):
         ...
 
 
+class Pausable(Collector, Protocol):
+    """A ``window`` collector that can stop capturing between windows without stopping."""
+
+    def pause(self) -> None:
+        """Stop capturing until :meth:`resume` (on the training thread, at a step boundary:
+        cheap, and nothing captured so far is lost)."""
+        ...
+
+    def resume(self) -> None:
+        """Capture again."""
+        ...
+
+
 @dataclass(frozen=True)
 class CollectorSpec:
     """One registry line: how to make a collector and when it runs.
@@ -143,12 +161,15 @@ class CollectorSpec:
         phase: when it runs (see :data:`Phase`).
         option: the boolean field of :class:`perfscope.options.RecordOptions` that turns
             it on (a keyword of ``perfscope.profile``, a ``--no-...`` flag of ``record``).
+        pausable: a ``window`` collector with ``pause()``/``resume()`` (see the module
+            docstring).
     """
 
     name: str
     factory: str
     phase: Phase
     option: str
+    pausable: bool = False
 
     def create(self) -> Collector:
         """Import the factory and return a new collector.
@@ -177,6 +198,6 @@ def dropped_count(stats: Any) -> int:
 
 
 __all__ = [
-    "Collector", "CollectorContext", "CollectorOptions", "CollectorSpec", "CollectorStats", "Phase", "PHASES",
+    "Collector", "CollectorContext", "CollectorOptions", "CollectorSpec", "CollectorStats", "Pausable", "Phase", "PHASES",
     "Writer", "dropped_count",
 ]

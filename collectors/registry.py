@@ -14,8 +14,8 @@ REGISTRY: tuple[CollectorSpec, ...] = (
     CollectorSpec("nccl", "perfscope.collectors.nccl.recording:NcclRecording", "job", option="nccl"),
     # decodes the CUPTI collector's segment files outside the training processes
     CollectorSpec("cupti_decode", "perfscope.collectors.cupti.decoding:CuptiDecoding", "job", option="cupti"),
-    CollectorSpec("cupti", "perfscope.collectors.cupti.recording:CuptiRecording", "window", option="cupti"),
-    CollectorSpec("nvml", "perfscope.collectors.host.nvml:NvmlRecording", "window", option="nvml"),
+    CollectorSpec("cupti", "perfscope.collectors.cupti.recording:CuptiRecording", "window", option="cupti", pausable=True),
+    CollectorSpec("nvml", "perfscope.collectors.host.nvml:NvmlRecording", "window", option="nvml", pausable=True),
 )
 
 __all__ = ["REGISTRY"]

@@ -32,7 +32,8 @@ from typing import Any
 
 from perfscope.collectors.base import CollectorContext, CollectorStats
 from perfscope.errors import UsageError
-from perfscope.options import ENV_DEBUG, ENV_OWNER, ENV_RUN_DIR, ENV_RUN_ID, RecordOptions
+from perfscope._steps import Schedule
+from perfscope.options import ENV_DEBUG, ENV_OWNER, ENV_RUN_DIR, ENV_RUN_ID, ENV_SCHEDULE, RecordOptions, schedule_env
 from perfscope.recorder.driver import CollectorSet
 from perfscope.recorder.inject import site_dir
 from perfscope.recorder.runs import environment_snapshot
@@ -112,11 +113,15 @@ def guess_world_size(command: Sequence[str]) -> int | None:
     return None
 
 
-def child_env(run_path: Path, run_id: str, options: RecordOptions, base: dict[str, str] | None = None) -> dict[str, str]:
+def child_env(
+    run_path: Path, run_id: str, options: RecordOptions, base: dict[str, str] | None = None, schedule: Schedule | None = None,
+) -> dict[str, str]:
     """Return the environment for the recorded command (before the job-wide collectors add theirs)."""
     env = dict(os.environ if base is None else base)
     env.pop(ENV_OWNER, None)  # a job started from a recorded process starts fresh
+    env.pop(ENV_SCHEDULE, None)
     env.update(options.to_env())
+    env.update(schedule_env(schedule))
     env[ENV_RUN_DIR] = str(run_path.resolve())
     env[ENV_RUN_ID] = run_id
     old = env.get("PYTHONPATH")
@@ -158,6 +163,7 @@ def launch(
     *,
     options: RecordOptions | None = None,
     force: bool = False,
+    schedule: Schedule | None = None,
 ) -> LaunchResult:
     """Run ``command`` with every Python rank recorded into ``output``.
 
@@ -167,6 +173,8 @@ def launch(
         output: the run directory (default :func:`default_output`).
         options: what to record.
         force: replace an existing run at ``output``.
+        schedule: which steps every rank records (None: all); ``Schedule(on_demand=True)``
+            records only the windows ``perfscope trigger`` opens.
 
     Returns:
         a :class:`LaunchResult`; its ``exit_code`` is the command's.
@@ -175,7 +183,7 @@ def launch(
         UsageError: no command, or the program cannot be found.
         RunExistsError: ``output`` holds data and ``force`` is false.
     """
-    from perfscope.store import create_run
+    from perfscope.store import create_run, update_run
 
     command = list(command)
     if not command:
@@ -190,7 +198,9 @@ def launch(
         collectors=options.collector_names(), overwrite=force,
     )
     notes: list[str] = []
-    env = child_env(run_path, meta["run_id"], options)
+    if schedule is not None:  # `perfscope trigger` reads it: only on-demand runs take requests
+        meta = update_run(run_path, schedule=schedule.as_dict())
+    env = child_env(run_path, meta["run_id"], options, schedule=schedule)
     job = CollectorSet(options, CollectorContext(
         run_path=run_path, rank=None, options=options.collector_options(env), note=notes.append, env=env,
     ))

@@ -7,11 +7,13 @@ takes the same fields as keyword arguments, so the three ways of recording stay 
 """
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import TypedDict
 
+from perfscope._steps import Schedule
 from perfscope.collectors.base import CollectorOptions
 
 # Set by `perfscope record` for the job; their presence is what turns the injector on.
@@ -27,6 +29,8 @@ ENV_HOST_HOOKS = "PERFSCOPE_HOST_HOOKS"
 ENV_FLUSH_INTERVAL = "PERFSCOPE_FLUSH_INTERVAL_S"
 # Set to 1 to see why the injector did or did not record in a process (printed to stderr).
 ENV_DEBUG = "PERFSCOPE_DEBUG"
+# `record --schedule` / `--on-demand`: the Schedule's fields as JSON (Schedule.as_dict()).
+ENV_SCHEDULE = "PERFSCOPE_SCHEDULE"
 
 _BOOL_ENV = {"cupti": ENV_CUPTI, "nccl": ENV_NCCL, "nvml": ENV_NVML, "host_hooks": ENV_HOST_HOOKS}
 
@@ -112,6 +116,32 @@ def env_run_id(env: Mapping[str, str] | None = None) -> str | None:
     return env.get(ENV_RUN_ID) or None
 
 
+def schedule_env(schedule: Schedule | None) -> dict[str, str]:
+    """Return the variable that carries ``schedule`` to the job's processes (none for None)."""
+    return {} if schedule is None else {ENV_SCHEDULE: json.dumps(schedule.as_dict())}
+
+
+def env_schedule(env: Mapping[str, str] | None = None) -> Schedule | None:
+    """Return the schedule ``perfscope record`` gave this job, or None (record every step).
+
+    Raises:
+        UsageError: the variable holds no schedule (set by hand, wrongly).
+    """
+    from perfscope.errors import UsageError
+
+    env = os.environ if env is None else env
+    text = env.get(ENV_SCHEDULE)
+    if not text:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        value = text  # the text form (wait=...,active=...) works too
+    if not isinstance(value, (dict, str)):
+        raise UsageError(f"{ENV_SCHEDULE}={text!r} is not a schedule; unset it or give wait=W,warmup=U,active=A,repeat=R")
+    return Schedule.coerce(value)
+
+
 def env_debug(env: Mapping[str, str] | None = None) -> bool:
     """True when ``PERFSCOPE_DEBUG`` asks each process to say why it records or not."""
     env = os.environ if env is None else env
@@ -193,8 +223,7 @@ __all__ = [
     "RecordOptions", "env_rank", "env_local_rank", "env_world_size", "RANK_VARS", "LOCAL_RANK_VARS", "WORLD_SIZE_VARS",
     "ENV_RUN_DIR", "ENV_RUN_ID", "ENV_OWNER", "ENV_CUPTI", "ENV_NCCL", "ENV_NVML",
     "ENV_HOST_HOOKS", "ENV_FLUSH_INTERVAL", "ENV_DEBUG", "ENV_CUPTI_API", "ENV_CUPTI_SINK", "ENV_CUPTI_DECODE",
-    "collector_settings",
-    "env_run_dir", "env_run_id", "env_debug",
+    "collector_settings", "env_run_dir", "env_run_id", "env_debug", "ENV_SCHEDULE", "schedule_env", "env_schedule",
 ]
 
 

@@ -160,6 +160,8 @@ class CuptiCollector:
         self._clock: probe.ClockCheck | None = None
         self._state = "new"
         self._raw_log: list[dict[str, np.ndarray]] | None = None  # tests: keep raw drains
+        self._paused = False
+        self._drain_paused = False  # paused since the last flush: force-flush once
 
     # ------------------------------------------------------------------ start ----
     def start(self) -> None:
@@ -340,10 +342,46 @@ class CuptiCollector:
                     except Exception:  # noqa: BLE001 - the sink's filter still applies
                         break
 
+    # ------------------------------------------------------------ pause/resume ----
+    def pause(self) -> None:
+        """Stop collecting until :meth:`resume`: disable the activity kinds and the API
+        callbacks, so that between a schedule's windows launches cost CUPTI nothing.
+
+        The records collected so far stay in CUPTI's buffers and the sink; the next
+        :meth:`flush` force-flushes once, so a window's records reach the writer without
+        waiting for the next window to fill the buffer.
+        """
+        if self._state != "running" or self._paused:
+            return
+        cupti = _cupti()
+        for k in self._enabled:
+            try:
+                cupti.activity_disable(k)
+            except Exception:  # noqa: BLE001 - a kind CUPTI cannot disable keeps recording; the window filter drops it
+                pass
+        if self._native_subscriber and self._sink is not None:
+            self._sink.switch_api(False)
+        self._paused = True
+        self._drain_paused = True
+
+    def resume(self) -> None:
+        """Collect again after :meth:`pause` (a no-op when not paused)."""
+        if self._state != "running" or not self._paused:
+            return
+        cupti = _cupti()
+        for k in self._enabled:
+            cupti.activity_enable(k)
+        self._filter_api(cupti)  # enabling RUNTIME/DRIVER again reset CUPTI's per-id switches
+        if self._native_subscriber and self._sink is not None:
+            self._sink.switch_api(True)
+        self._paused = False
+
     # ------------------------------------------------------------------ flush ----
     def flush(self) -> None:
         """Deliver CUPTI's completed buffers to the sink and hand decoded rows to the writer
-        (with ``segment_dir``, the sink's thread does its part on its own: nothing to do)."""
+        (once after a pause, the partly filled buffers too); with ``segment_dir`` the sink's
+        thread does its part on its own: nothing to do (a paused window's last, partly filled
+        buffer then reaches the segments with the next window or at stop)."""
         if self._state != "running" or self._sink is None:
             return
         if self.segment_dir is None:
@@ -356,7 +394,8 @@ class CuptiCollector:
         assert self._sink is not None
         with self._lock:
             t0 = time.perf_counter_ns()
-            self._sink.flush(forced=False)
+            forced, self._drain_paused = self._paused and self._drain_paused, False
+            self._sink.flush(forced=forced)
             self._flush_ns += time.perf_counter_ns() - t0
             self._drain()
 

@@ -29,6 +29,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from perfscope._steps import drop_rows, settled_warmups
 from perfscope.collectors.base import Writer
 from perfscope.collectors.cupti import decode, layouts, segments
 from perfscope.errors import CorruptRunError
@@ -220,8 +221,20 @@ class RankDecoder:
 
             # One part per table per decode call, at most 16 MB each (the writer's bound).
             self._writer = RankWriter(self.run_path, self.rank, flush_interval_s=float("inf"))
+        warmups = self._warmups() if tables else []
         for table, batch in tables.items():
+            batch, _ = drop_rows(batch, warmups)
             self._writer.append(table, batch)  # type: ignore[union-attr]
+
+    def _warmups(self) -> list[tuple[int, int | None]]:
+        """The rank's schedule warm-ups whose end its metadata already gives (their rows are
+        dropped, as the training process does when it decodes; see :mod:`perfscope._steps`)."""
+        from perfscope.store.meta import rank_meta_path, read_json
+
+        try:
+            return settled_warmups(read_json(rank_meta_path(self.run_path, self.rank)).get("windows") or [])
+        except Exception:  # noqa: BLE001 - no or a half-written rank file: keep every row
+            return []
 
     def stats(self) -> dict[str, Any]:
         """``segments`` decoded, ``damaged`` (left out), ``records`` per layout name,

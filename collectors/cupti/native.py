@@ -103,6 +103,7 @@ def load() -> ctypes.CDLL:
         "ps_subscribe": (ctypes.c_int, []),
         "ps_enable_api": (ctypes.c_int, [ctypes.c_int, ctypes.POINTER(ctypes.c_uint32), ctypes.c_size_t]),
         "ps_unsubscribe": (ctypes.c_int, []),
+        "ps_api_switch": (ctypes.c_int, [ctypes.c_int]),
         "ps_api_stats": (None, [u64p]),
         "ps_test_api_call": (None, [ctypes.c_int, ctypes.c_uint32, ctypes.c_uint32, ctypes.c_int32, ctypes.c_uint32]),
         "ps_test_api_half": (None, [ctypes.c_int, ctypes.c_uint32, ctypes.c_uint32, ctypes.c_int]),
@@ -263,6 +264,11 @@ class Sink:
         ids = sorted(set(cbids))
         arr = (ctypes.c_uint32 * len(ids))(*ids)
         return int(self.lib.ps_enable_api(domain, arr, len(ids)))
+
+    def switch_api(self, on: bool) -> int:
+        """Turn the callbacks :meth:`enable_api` enabled off or back on (between a schedule's
+        windows); returns how many ids CUPTI refused."""
+        return int(self.lib.ps_api_switch(1 if on else 0))
 
     def test_api_half(self, domain: int, cbid: int, correlation_id: int, exit: bool) -> None:
         """Run only the enter (``exit`` false) or only the exit callback of one call (tests)."""

@@ -87,6 +87,16 @@ class CuptiRecording:
         except Exception as e:  # noqa: BLE001
             self._ctx.note(f"CUPTI flush failed ({type(e).__name__}: {e})")
 
+    def pause(self) -> None:
+        """Between a schedule's windows: CUPTI collects nothing (see :meth:`CuptiCollector.pause`)."""
+        if self._collector is not None:
+            self._collector.pause()
+
+    def resume(self) -> None:
+        """A window's warm-up begins: collect again."""
+        if self._collector is not None:
+            self._collector.resume()
+
     def stop(self) -> CollectorStats:
         """Stop CUPTI; its statistics go to ``collector_stats["cupti"]``, its drops to ``cupti``."""
         collector, self._collector = self._collector, None

@@ -995,13 +995,35 @@ PS_EXPORT int ps_subscribe(void) {
     return rc;
 }
 
+/* The ids ps_enable_api() turned on, per domain ([0] driver, [1] runtime), for ps_api_switch(). */
+static uint32_t g_on_ids[2][PS_MAX_CBID];
+static size_t g_on_n[2];
+
 /* Enable the callback for each id of `domain` (1 driver, 2 runtime); returns how many
  * CUPTI refused. */
 PS_EXPORT int ps_enable_api(int domain, const uint32_t *cbids, size_t n) {
     if (!g_subscriber) return (int)n;
     int refused = 0;
-    for (size_t i = 0; i < n; i++)
+    int i_dom = domain == PS_DOMAIN_RUNTIME;
+    for (size_t i = 0; i < n; i++) {
         if (p_enable_callback(1, g_subscriber, domain, cbids[i]) != 0) refused++;
+        else if (g_on_n[i_dom] < PS_MAX_CBID) g_on_ids[i_dom][g_on_n[i_dom]++] = cbids[i];
+    }
+    return refused;
+}
+
+/* Between a schedule's windows: turn every callback ps_enable_api() enabled off (on = 0),
+ * so API calls cost CUPTI nothing, or back on (on = 1).  Turning them on starts a new
+ * session: a call entered before the pause never reports its exit, so per-thread nesting
+ * counts restart.  Returns how many ids CUPTI refused. */
+PS_EXPORT int ps_api_switch(int on) {
+    if (!g_subscriber) return 0;
+    if (on) __atomic_add_fetch(&g_session, 1, __ATOMIC_RELAXED);
+    int refused = 0;
+    for (int d = 0; d < 2; d++)
+        for (size_t i = 0; i < g_on_n[d]; i++)
+            if (p_enable_callback(on ? 1 : 0, g_subscriber, d ? PS_DOMAIN_RUNTIME : PS_DOMAIN_DRIVER, g_on_ids[d][i]) != 0)
+                refused++;
     return refused;
 }
 
@@ -1010,6 +1032,7 @@ PS_EXPORT int ps_unsubscribe(void) {
     if (!g_subscriber) return 0;
     int rc = p_unsubscribe(g_subscriber);
     g_subscriber = NULL;
+    g_on_n[0] = g_on_n[1] = 0;
     return rc;
 }
 

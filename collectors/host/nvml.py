@@ -104,6 +104,7 @@ class NvmlSampler:
         self._append_errors: list[str] = []
         self._first_ts: int | None = None
         self._last_ts: int | None = None
+        self.paused = False  # between a schedule's windows: the thread ticks but reads nothing
 
     # -- life cycle -----------------------------------------------------------------------
     def start(self) -> NvmlSampler:
@@ -177,7 +178,8 @@ class NvmlSampler:
             pcie = self.pcie_interval_s > 0 and time.monotonic() >= next_pcie
             if pcie:
                 next_pcie = time.monotonic() + self.pcie_interval_s
-            self.sample_once(pcie=pcie)
+            if not self.paused:
+                self.sample_once(pcie=pcie)
             dt = time.perf_counter_ns() - t0
             self._loops += 1
             self._loop_ns_total += dt
@@ -340,6 +342,16 @@ class NvmlRecording:
 
     def flush(self) -> None:
         """Nothing to do: the sampler hands rows to the writer about once a second."""
+
+    def pause(self) -> None:
+        """Between a schedule's windows: sample nothing."""
+        if self._sampler is not None:
+            self._sampler.paused = True
+
+    def resume(self) -> None:
+        """A window's warm-up begins: sample again."""
+        if self._sampler is not None:
+            self._sampler.paused = False
 
     def stop(self) -> CollectorStats:
         """Stop the sampler; its statistics go to ``collector_stats["nvml"]``."""

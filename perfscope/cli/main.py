@@ -17,6 +17,7 @@ from perfscope.errors import PerfscopeError
 # name -> "module:attribute" of a click command or group.
 COMMANDS: dict[str, str] = {
     "record": "perfscope.cli.record:record",
+    "trigger": "perfscope.cli.trigger:trigger",
     "import": "perfscope.cli.import_cmd:import_group",
     "export": "perfscope.cli.export_cmd:export_group",
     "info": "perfscope.cli.info:info",
@@ -30,6 +31,7 @@ COMMANDS: dict[str, str] = {
 
 HELP = {
     "record": "Record a training job: perfscope record -o RUN -- CMD ...",
+    "trigger": "Open a recording window in a job recorded with --on-demand.",
     "import": "Import traces from other profilers (Kineto/PyTorch profiler JSON).",
     "export": "Export a run (Chrome/Perfetto trace JSON, TensorBoard).",
     "info": "Show a run's metadata and row counts.",

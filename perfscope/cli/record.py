@@ -5,6 +5,8 @@ import shlex
 
 import click
 
+from perfscope._steps import Schedule
+from perfscope.errors import UsageError
 from perfscope.launch import default_output, launch
 from perfscope.options import RecordOptions
 
@@ -33,6 +35,11 @@ def _ranks_text(ranks: list[int]) -> str:
 @click.option("--no-nvml", is_flag=True, help="Do not sample GPU metrics through NVML.")
 @click.option("--flush-interval", type=float, default=2.0, show_default=True, metavar="S",
               help="Seconds between writes to disk (the most a killed job loses).")
+@click.option("--schedule", "schedule_text", default=None, metavar="wait=W,warmup=U,active=A,repeat=R",
+              help="Record only some steps, as torch.profiler's schedule: per cycle, skip W steps, collect and drop "
+                   "U warm-up steps, record A steps; R cycles (0: until the end). Between windows CUPTI is off.")
+@click.option("--on-demand", is_flag=True,
+              help="Record nothing until `perfscope trigger RUN --steps N` opens a window of N steps.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, required=True)
 def record(
     output: str | None,
@@ -41,6 +48,8 @@ def record(
     no_nccl: bool,
     no_nvml: bool,
     flush_interval: float,
+    schedule_text: str | None,
+    on_demand: bool,
     command: tuple[str, ...],
 ) -> int:
     """Record a training job: perfscope record -o RUN -- CMD ...
@@ -48,10 +57,16 @@ def record(
     Works for `python train.py` and `torchrun --nproc-per-node N train.py` (each rank
     writes its own shard into the run). The command's output and exit code pass through.
     """
+    if schedule_text is not None and on_demand:
+        raise UsageError("--schedule and --on-demand exclude each other: an on-demand recording's windows come from "
+                         "`perfscope trigger`")
+    schedule = Schedule(on_demand=True) if on_demand else Schedule.parse(schedule_text) if schedule_text else None
     options = RecordOptions(cupti=not no_cupti, nccl=not no_nccl, nvml=not no_nvml, flush_interval_s=flush_interval)
     out = output if output is not None else str(default_output(command))
     click.echo(f"perfscope: recording `{shlex.join(command)}` into {out}", err=True)
-    result = launch(command, out, options=options, force=force)
+    if on_demand:
+        click.echo(f"perfscope: armed; open a window with: perfscope trigger {shlex.quote(out)} --steps N", err=True)
+    result = launch(command, out, options=options, force=force, schedule=schedule)
     for note in result.notes:
         click.echo(f"perfscope: note: {note}", err=True)
     for message, ranks in result.warnings:

@@ -24,35 +24,69 @@ class CollectorSet:
         self._specs = [spec for spec in registry.REGISTRY if options.enabled(spec.option)]
         self._running: list[tuple[CollectorSpec, Collector]] = []
         self._started_phases: set[Phase] = set()
+        self._refused: set[str] = set()
         self.names: list[str] = []
         self.dropped: dict[str, int] = {}
         self.details: dict[str, object] = {}
         self.by_rank: dict[int, CollectorStats] = {}
 
-    def start(self, phases: Iterable[Phase]) -> None:
-        """Start the collectors of ``phases`` (once per phase), in registry order.
+    def start(self, phases: Iterable[Phase], *, pausable_only: bool = False) -> None:
+        """Start the collectors of ``phases`` (once per phase; ``window`` collectors again
+        after :meth:`close_window` stopped them), in registry order; with ``pausable_only``
+        only the pausable window collectors.
 
         A collector that cannot be loaded, refuses to start or fails to start is left out
-        with a note; recording goes on.
+        with a note (and not tried again); recording goes on.
         """
-        wanted = set(phases) - self._started_phases
+        wanted = set(phases) - (self._started_phases - {"window"})
         self._started_phases |= wanted
+        running = {spec.name for spec, _ in self._running}
         for spec in self._specs:
-            if spec.phase not in wanted:
+            if spec.phase not in wanted or spec.name in running or spec.name in self._refused:
+                continue
+            if pausable_only and not spec.pausable:
                 continue
             try:
                 collector = spec.create()
             except Exception as e:  # noqa: BLE001 - a broken optional collector must not stop recording
                 self.ctx.note(f"the {spec.name} collector cannot be loaded ({type(e).__name__}: {e}); recording goes on without it")
+                self._refused.add(spec.name)
                 continue
             try:
                 ok = collector.start(self.ctx)
             except Exception as e:  # noqa: BLE001
                 self.ctx.note(f"the {spec.name} collector failed to start ({type(e).__name__}: {e}); recording goes on without it")
-                continue
+                ok = False
             if ok:
                 self._running.append((spec, collector))
-                self.names.append(spec.name)
+                if spec.name not in self.names:
+                    self.names.append(spec.name)
+            else:
+                self._refused.add(spec.name)
+
+    def open_window(self) -> None:
+        """A window (its warm-up) begins: resume the paused window collectors, start the others."""
+        for spec, collector in list(self._running):
+            if spec.phase == "window" and spec.pausable:
+                try:
+                    collector.resume()  # type: ignore[attr-defined]
+                except Exception as e:  # noqa: BLE001
+                    self.ctx.note(f"the {spec.name} collector failed to resume ({type(e).__name__}: {e})")
+        self.start(("window",))
+
+    def close_window(self) -> list[str]:
+        """A window ended: pause the pausable window collectors, stop the others.
+
+        Returns:
+            what failed to stop.
+        """
+        for spec, collector in list(self._running):
+            if spec.phase == "window" and spec.pausable:
+                try:
+                    collector.pause()  # type: ignore[attr-defined]
+                except Exception as e:  # noqa: BLE001
+                    self.ctx.note(f"the {spec.name} collector failed to pause ({type(e).__name__}: {e})")
+        return self.stop(("window",), pausable=False)
 
     def flush(self) -> None:
         """Flush every running collector (a failure becomes a note)."""
@@ -62,8 +96,9 @@ class CollectorSet:
             except Exception as e:  # noqa: BLE001
                 self.ctx.note(f"the {spec.name} collector's flush failed ({type(e).__name__}: {e})")
 
-    def stop(self, phases: Iterable[Phase]) -> list[str]:
-        """Stop the running collectors of ``phases``, newest first, and keep their statistics.
+    def stop(self, phases: Iterable[Phase], *, pausable: bool = True) -> list[str]:
+        """Stop the running collectors of ``phases`` (with ``pausable`` false, not the
+        pausable ones), newest first, and keep their statistics.
 
         Returns:
             what failed to stop (the other collectors are stopped regardless).
@@ -71,7 +106,7 @@ class CollectorSet:
         wanted = set(phases)
         errors: list[str] = []
         for spec, collector in reversed(list(self._running)):
-            if spec.phase not in wanted:
+            if spec.phase not in wanted or (spec.pausable and not pausable):
                 continue
             self._running.remove((spec, collector))
             try:

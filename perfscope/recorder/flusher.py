@@ -17,6 +17,7 @@ class Flusher:
         self._flush = flush
         self._note = note
         self._stop = threading.Event()
+        self._wake = threading.Event()
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
@@ -24,14 +25,23 @@ class Flusher:
         self._thread = threading.Thread(target=self._loop, name="perfscope-flush", daemon=True)
         self._thread.start()
 
+    def wake(self) -> None:
+        """Flush now rather than at the end of the interval (returns at once)."""
+        self._wake.set()
+
     def stop(self, timeout_s: float = 10.0) -> None:
         """Stop the thread and wait for a flush in progress (not when called from the thread)."""
         self._stop.set()
+        self._wake.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=timeout_s)
 
     def _loop(self) -> None:
-        while not self._stop.wait(self.interval_s):
+        while True:
+            self._wake.wait(self.interval_s)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
             try:
                 self._flush()
             except Exception as e:  # noqa: BLE001 - a failed flush must not kill the job

@@ -44,7 +44,7 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from perfscope._rankinfo import gpu_info
-from perfscope._steps import Schedule, StepTracker
+from perfscope._steps import ACTIVE, OFF, Schedule, StepTracker
 from perfscope.collectors.base import CollectorContext
 from perfscope.errors import AlreadyProfilingError, CollectorError, UsageError
 from perfscope.options import RecordOptions, env_local_rank, env_rank, env_world_size
@@ -54,6 +54,8 @@ from perfscope.recorder.flusher import Flusher
 from perfscope.recorder.rankmeta import rank_info
 from perfscope.recorder.runs import join_or_create_run
 from perfscope.recorder.state import PerfscopeWarning
+from perfscope.recorder.trigger import RequestPoller
+from perfscope.recorder.windows import WarmupFilter
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -69,7 +71,7 @@ class Profiler:
         self,
         path: str | os.PathLike[str] | None = None,
         *,
-        schedule: Schedule | tuple[int, int | None] | dict[str, Any] | None = None,
+        schedule: Schedule | tuple[int, int | None] | dict[str, Any] | str | None = None,
         options: RecordOptions | None = None,
         overwrite: bool = False,
         rank: int | None = None,
@@ -100,6 +102,8 @@ class Profiler:
         self._spans: Any = None
         self._markers: Any = None
         self._steps: StepTracker | None = None
+        self._poller: RequestPoller | None = None
+        self._collecting = False  # the window collectors are running (not paused)
         self._set: CollectorSet | None = None
         self._facts: dict[str, Any] = {}  # what collectors establish (clock offset)
         self._flush_lock = threading.RLock()
@@ -183,7 +187,9 @@ class Profiler:
             )
         if self._dead or self._steps is None:
             return
-        self._steps.explicit(time.time_ns())
+        t = time.time_ns()
+        self._poll()
+        self._steps.explicit(t)
         if self._gpu is None:
             self._gpu_info()
 
@@ -307,16 +313,25 @@ class Profiler:
             self.path, rank=self.rank, world_size=self.world_size, run_id=self.run_id, source=self.source,
             injected=self._injected, overwrite=self.overwrite, collectors=self.options.collector_names(), note=self._note,
         )
+        if self._created_run and self.schedule is not None:  # `perfscope trigger` reads it there
+            from perfscope.store import update_run
+
+            update_run(self.path, schedule=self.schedule.as_dict())
         self._writer = RankWriter(self.path, self.rank, flush_interval_s=self.options.flush_interval_s)
         self._spans = HostSpans()
         self._markers = Markers(os.getpid())
-        self._steps = StepTracker(self.schedule, None if self._injected else self._started_ns, self._window)
+        self._steps = StepTracker(self.schedule, None if self._injected else self._started_ns, self._phase)
         self._spans.on = self._markers.on = self._steps.active
+        if self.schedule is not None and self.schedule.on_demand:
+            self._poller = RequestPoller(self.path)
         self._set = CollectorSet(self.options, self._context())
         # Under `perfscope record` the launcher runs the job-wide collectors for every rank.
         self._set.start(("process",) if self._injected else ("process", "job"))
-        if self._steps.active:
-            self._set.start(("window",))
+        # Pausable window collectors start now even when the first window is far off, so
+        # that opening it costs no start-up (and NVTX is routed to CUPTI before its first call).
+        self._set.start(("window",), pausable_only=True)
+        self._collecting = True
+        self._phase(self._steps.phase)
         self._write_rank_meta("recording")
         self._flusher = Flusher(self.options.flush_interval_s, self._flush, self._note)
         self._flusher.start()
@@ -325,12 +340,26 @@ class Profiler:
         assert self.path is not None
         return CollectorContext(
             run_path=self.path, rank=self.rank, options=self.options.collector_options(), note=self._note,
-            env=os.environ, writer=self._writer, host_spans=self._spans, on_step=self._on_optimizer_step,
+            env=os.environ, writer=self._collector_writer(), host_spans=self._spans, on_step=self._on_optimizer_step,
             recording=lambda: self._state == "running" and not self._dead, facts=self._facts,
         )
 
+    def _collector_writer(self) -> Any:
+        """The rank's writer, behind a filter of warm-up rows when a schedule has warm-ups."""
+        s, steps = self.schedule, self._steps
+        if s is None or steps is None or not (s.warmup or s.on_demand):
+            return self._writer
+        return WarmupFilter(self._writer, steps.dropped_intervals)
+
+    def _poll(self) -> None:
+        """Queue the on-demand trigger requests that arrived (at a step boundary)."""
+        if self._poller is not None and self._steps is not None:
+            for req in self._poller.poll():
+                self._steps.request(req["id"], req["steps"], req["warmup"], req["align"])
+
     def _on_optimizer_step(self, end_ns: int) -> None:
         if self._steps is not None and not self._dead:
+            self._poll()
             self._steps.optimizer(end_ns)
             if self._gpu is None:
                 self._gpu_info()
@@ -347,16 +376,25 @@ class Profiler:
                 self._gpu = info
         return dict(self._gpu or {})
 
-    def _window(self, on: bool) -> None:
-        """The schedule's window opened or closed."""
+    def _phase(self, phase: str) -> None:
+        """The step that begins has phase ``phase``: window collectors run in warm-up and
+        active steps and are paused (or stopped) in the others; host spans and markers are
+        kept in active steps only."""
         if self._spans is None or self._set is None:
             return
-        self._spans.on = self._markers.on = on
-        if on:
-            self._set.start(("window",))
-        else:
-            for error in self._set.stop(("window",)):
+        self._spans.on = self._markers.on = phase == ACTIVE
+        if phase == ACTIVE and self._flusher is not None and self._steps is not None and self._steps.dropped_intervals():
+            # A decoder in another process drops a warm-up's rows once the rank file gives its end.
+            self._flusher.wake()
+        if phase == OFF and self._collecting:
+            self._collecting = False
+            for error in self._set.close_window():
                 self._note(error)
+        elif phase != OFF and not self._collecting:
+            self._collecting = True
+            self._set.open_window()
+        elif phase != OFF:
+            self._set.start(("window",))  # the window collectors that cannot pause (a no-op once they run)
 
     # -- flushing --------------------------------------------------------------------------------
     def _drain_into_writer(self) -> None:
@@ -399,6 +437,9 @@ class Profiler:
                 except Exception as e:  # noqa: BLE001
                     errors.append(f"{type(e).__name__}: {e}")
             if self._set is not None:
+                if self._writer is not None and not self._dead and self._steps is not None and self._steps.windows:
+                    # The job-wide decoder of CUPTI's segments reads the windows from the rank file.
+                    self._write_rank_meta("recording")
                 # After the writer: the job-wide collectors write their own tables (NCCL's).
                 errors += self._set.stop(("job",))
             if self._writer is not None and not self._dead:
@@ -460,7 +501,7 @@ def _default_path() -> str:
 def profile(
     path: str | os.PathLike[str] | Callable[..., Any] | None = None,
     *,
-    schedule: Schedule | tuple[int, int | None] | dict[str, Any] | None = None,
+    schedule: Schedule | tuple[int, int | None] | dict[str, Any] | str | None = None,
     cupti: bool = True,
     nccl: bool = True,
     nvml: bool = True,
@@ -473,8 +514,11 @@ def profile(
     Args:
         path: the run directory (default ``perfscope-YYYYmmdd-HHMMSS.perfscope``). Every
             rank of a multi-process job passes the same path; each writes its own shard.
-        schedule: ``Schedule(skip=N, record=M)`` or ``(N, M)``: skip N warm-up steps, then
-            record M steps (None: record everything).
+        schedule: which steps to record (None: every step). torch.profiler's cycle as a
+            text, ``"wait=1,warmup=1,active=3,repeat=2"`` (repeat=0: until the end), or
+            ``Schedule(wait=.., warmup=.., record=.., repeat=..)``; ``Schedule(skip=N,
+            record=M)`` or ``(N, M)``: skip N steps, then record M; ``"on-demand"``: only
+            the windows ``perfscope trigger`` opens. Between windows CUPTI is off.
         cupti: capture GPU activity through CUPTI.
         nccl: load perfscope's NCCL profiler plugin (only effective when profiling starts
             before ``torch.distributed.init_process_group``).

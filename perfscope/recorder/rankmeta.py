@@ -35,7 +35,9 @@ def rank_info(prof: Profiler, status: str, *, reason: str | None = None, final: 
         "warnings": list(prof.warnings),
     }
     if prof.schedule is not None:
-        info["schedule"] = {"skip": prof.schedule.skip, "record": prof.schedule.record}
+        info["schedule"] = prof.schedule.as_dict()
+        if prof._steps is not None:
+            info["windows"] = prof._steps.windows_meta()
     if prof._steps is not None:
         info["steps_source"] = prof._steps.mode
     if final:
@@ -55,11 +57,15 @@ def _add_final(prof: Profiler, info: dict[str, Any], reason: str | None) -> None
     if details:
         info["collector_stats"] = dict(details)
     steps, schedule = prof._steps, prof.schedule
-    if schedule is not None and steps is not None and steps.count < schedule.skip:
+    if schedule is not None and steps is not None and not any(w.first_step is not None for w in steps.windows):
         # Not a note: the run is over, nobody is left to see a Python warning.
-        prof.warnings.append(
-            f"the schedule skips {schedule.skip} steps but only {steps.count} were seen: nothing was recorded"
-        )
+        if schedule.on_demand:
+            why = "no `perfscope trigger` request opened a window"
+        elif steps.count < schedule.skip:
+            why = f"the schedule skips {schedule.skip} steps but only {steps.count} were seen"
+        else:
+            why = f"the schedule's first window was not reached in the {steps.count} steps seen"
+        prof.warnings.append(f"{why}: nothing was recorded")
         info["warnings"] = list(prof.warnings)
 
 

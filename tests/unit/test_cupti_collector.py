@@ -136,3 +136,44 @@ def test_one_collector_records_at_a_time(monkeypatch: pytest.MonkeyPatch) -> Non
     with pytest.raises(CuptiUnavailableError):
         CuptiCollector(_Writer()).start()
     assert collector._ACTIVE == []
+
+
+class _SwitchSink:
+    """Records the sink calls pause/resume/flush make."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, object]] = []
+
+    def switch_api(self, on: bool) -> int:
+        self.calls.append(("switch_api", on))
+        return 0
+
+    def flush(self, forced: bool = False) -> int:
+        self.calls.append(("flush", forced))
+        return 0
+
+
+def test_pause_disables_kinds_and_callbacks_and_resume_restores_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    import types
+
+    from perfscope.collectors.cupti import collector as mod
+
+    log: list[tuple[str, int]] = []
+    fake = types.SimpleNamespace(activity_disable=lambda k: log.append(("disable", k)),
+                                 activity_enable=lambda k: log.append(("enable", k)),
+                                 activity_enable_runtime_api=lambda *a: None, activity_enable_driver_api=lambda *a: None)
+    monkeypatch.setattr(mod, "_cupti", lambda: fake)
+    coll = CuptiCollector(_Writer())
+    sink = _SwitchSink()
+    coll._sink, coll._state, coll._native_subscriber, coll._enabled = sink, "running", True, [1, 10]
+    monkeypatch.setattr(coll, "_drain", lambda: None)
+    coll.pause()
+    coll.pause()  # twice: no second round of calls
+    assert log == [("disable", 1), ("disable", 10)] and sink.calls == [("switch_api", False)]
+    coll.flush()  # the first flush after a pause hands back the partly filled buffers too
+    coll.flush()
+    assert sink.calls[1:] == [("flush", True), ("flush", False)]
+    coll.resume()
+    assert log[2:] == [("enable", 1), ("enable", 10)] and sink.calls[-1] == ("switch_api", True)
+    coll.flush()
+    assert sink.calls[-1] == ("flush", False)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from perfscope._steps import Schedule, StepTracker
+from perfscope._steps import ACTIVE, Schedule, StepTracker
 from perfscope.errors import UsageError
 
 
@@ -51,7 +51,7 @@ def test_explicit_steps_win_over_optimizer_steps_in_the_same_loop() -> None:
 
 def test_schedule_skips_warmup_and_records_m_steps_with_window_callbacks() -> None:
     events: list[bool] = []
-    t = StepTracker(Schedule(skip=2, record=3), anchor_ns=0, on_active=events.append)
+    t = StepTracker(Schedule(skip=2, record=3), anchor_ns=0, on_phase=lambda p: events.append(p == ACTIVE))
     assert not t.active
     for i in range(1, 9):
         t.explicit(i * 10)
@@ -62,7 +62,7 @@ def test_schedule_skips_warmup_and_records_m_steps_with_window_callbacks() -> No
 
 def test_schedule_starting_at_zero_is_active_from_the_start() -> None:
     events: list[bool] = []
-    t = StepTracker(Schedule(skip=0, record=1), anchor_ns=0, on_active=events.append)
+    t = StepTracker(Schedule(skip=0, record=1), anchor_ns=0, on_phase=lambda p: events.append(p == ACTIVE))
     assert t.active
     t.explicit(5)
     t.explicit(9)

@@ -45,7 +45,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from perfscope.options import ENV_OWNER, RecordOptions, env_debug, env_local_rank, env_rank, env_run_dir, env_run_id
+from perfscope.options import (
+    ENV_OWNER, RecordOptions, env_debug, env_local_rank, env_rank, env_run_dir, env_run_id, env_schedule,
+)
 from perfscope.recorder.inject._perfscope_decide import AGENT_MODULES, AGENT_PROGRAMS, decide
 
 _real_exit = os._exit  # before bootstrap wraps it
@@ -88,6 +90,7 @@ def _start(rank: int) -> Any:
     prof = Profiler(
         env_run_dir(),
         options=RecordOptions.from_env(),
+        schedule=env_schedule(),
         rank=rank,
         local_rank=lr if lr is not None else 0,
         run_id=env_run_id(),
