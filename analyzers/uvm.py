@@ -111,11 +111,11 @@ def uvm_rule(ctx: RuleContext) -> Recommendation | None:
         f"back through page faults ({per_step['cpu_faults']:,.0f} CPU and {per_step['gpu_faults']:,.0f} GPU faults); "
         f"migrating and serving faults takes {_pct(ctx.share(t))} of the step ({_ms(t)}). Prefetch managed memory to "
         "the processor that uses it next and advise where it lives, so pages move in bulk ahead of use.",
-        {**{f"{k}_per_step": round(v) for k, v in per_step.items()}, "prefetch_estimate_ns": round(bulk_ns),
-         "saving_model": "uvm_prefetched"},
+        {**{f"{k}_per_step": round(v) for k, v in per_step.items()}, "prefetch_estimate_ns": round(bulk_ns)},
         max(0.0, t - bulk_ns),
         "cudaMemPrefetchAsync(ptr, nbytes, device, stream) before the kernels that touch it (and to cudaCpuDeviceId "
         "before host access); cudaMemAdvise(ptr, nbytes, cudaMemAdviseSetPreferredLocation, device)",
+        model="uvm_prefetched",
     )
 
 
