@@ -125,7 +125,8 @@ def test_every_tab_in_a_real_browser(server_url: str, browser: object) -> None:
     page.get_by_text("Step time per rank", exact=False).first.wait_for()
     page.get_by_text("Straggler ranking", exact=False).first.wait_for()
     _shot(page, "ranks")
-    heat = page.locator(".js-plotly-plot").first.locator(".nsewdrag").first
+    heat = page.locator("[id*='heat-wall'] .js-plotly-plot").first.locator(".nsewdrag").first
+    heat.scroll_into_view_if_needed()
     box = heat.bounding_box()
     assert box is not None
     # Bottom-right cell: the last rank (the straggler), the last step.

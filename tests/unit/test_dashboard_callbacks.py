@@ -146,7 +146,8 @@ def test_timeline_update_by_dropdown_and_zoom(data: DashboardData) -> None:
     zoom = {"xaxis.range[0]": 2.0, "xaxis.range[1]": 4.0}
     fig, *rest = callbacks.timeline_update(data, 0, 0, 11, zoom, "tl-graph")
     assert list(fig.layout.xaxis.range) == pytest.approx([2.0, 4.0])
-    assert rest == [None, None, None]
+    # the zoom goes into the selection (and so into the URL)
+    assert rest == [None, None, {"run": 0, "rank": 0, "step": 11, "zoom": [2.0, 4.0]}]
     assert callbacks.timeline_update(data, 0, 0, 11, {"autosize": True}, "tl-graph") is None
     rd = data.get(0)
     t0, t1 = rd.step_window(0, 11)

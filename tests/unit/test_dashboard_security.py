@@ -234,7 +234,8 @@ def _callback(client: Any, output: str, inputs: list[tuple[str, str, Any]], stat
 
 
 def _render(client: Any, run: Any) -> Any:
-    return _callback(client, "tab-content.children", [("tabs", "value", "overview"), ("run", "value", run)],
+    return _callback(client, "tab-content.children", [("tabs", "value", "overview"), ("run", "value", run),
+                                                      ("warmup", "value", [])],
                      [("selection", "data", None)], "run.value")
 
 
