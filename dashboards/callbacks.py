@@ -140,16 +140,17 @@ def state_url(run: Any, tab: Any, selection: Any, warmup: Any) -> str:
 
 
 def sync_state(data: DashboardData, trigger: str | None, search: Any, run: Any, tab: Any, selection: Any,
-               warmup: Any) -> tuple[Any, Any, Any, Any, Any]:
+               warmup: Any, loaded: bool = True) -> tuple[Any, Any, Any, Any, Any]:
     """Keep the URL and the page's state in step.
 
-    On page load (``trigger`` None) or when the URL changes (back/forward), the page takes
-    the URL's state; when the page's state changes, the URL is rewritten.
+    On page load (``loaded`` False: the first call, whatever triggered it; a Store's mount
+    may come first) or when the URL changes (back/forward), the page takes the URL's state;
+    when the page's state changes, the URL is rewritten.
 
     Returns:
         (url search, run, tab, selection, warm-up checklist), None for "leave as it is".
     """
-    if trigger in (None, "url"):
+    if not loaded or trigger in (None, "url"):
         st = url_state(data, search)
         return (None, st["run"] if st["run"] != run else None, st["tab"] if st["tab"] != tab else None,
                 st["selection"] if st["selection"] != selection else None,
@@ -342,11 +343,13 @@ def register(app: dash.Dash, data: DashboardData) -> None:
     # the state on load and on back/forward; a change of state rewrites the URL.
     @app.callback(Output("url", "search"), Output("run", "value"), Output("tabs", "value", allow_duplicate=True),
                   Output("selection", "data", allow_duplicate=True), Output("warmup", "value"),
+                  Output("url-loaded", "data"),
                   Input("url", "search"), Input("run", "value"), Input("tabs", "value"), Input("selection", "data"),
-                  Input("warmup", "value"), prevent_initial_call="initial_duplicate")
-    def _state(search: Any, run: Any, tab: Any, selection: Any, warmup: Any) -> Any:
+                  Input("warmup", "value"), State("url-loaded", "data"), prevent_initial_call="initial_duplicate")
+    def _state(search: Any, run: Any, tab: Any, selection: Any, warmup: Any, loaded: Any) -> Any:
         trig = ctx.triggered_id if isinstance(ctx.triggered_id, str) else None
-        return tuple(_nu(v) for v in sync_state(data, trig, search, run, tab, selection, warmup))
+        out = sync_state(data, trig, search, run, tab, selection, warmup, loaded is True)
+        return (*(_nu(v) for v in out), dash.no_update if loaded is True else True)
 
     @app.callback(Output("selection", "data", allow_duplicate=True), Output("tabs", "value", allow_duplicate=True),
                   Input({"type": "pick", "name": ALL}, "clickData"), State("run", "value"),
@@ -365,10 +368,12 @@ def register(app: dash.Dash, data: DashboardData) -> None:
     @app.callback(Output("tl-graph", "figure"), Output("tl-step", "options"), Output("tl-step", "value"),
                   Output("selection", "data", allow_duplicate=True),
                   Input("tl-rank", "value"), Input("tl-step", "value"), Input("tl-graph", "relayoutData"),
-                  State("run", "value"), prevent_initial_call=True)
-    def _timeline(rank: Any, step: Any, relayout: Any, run: Any) -> Any:
+                  State("run", "value"), State("selection", "data"), prevent_initial_call=True)
+    def _timeline(rank: Any, step: Any, relayout: Any, run: Any, selection: Any) -> Any:
         trig = ctx.triggered_id if isinstance(ctx.triggered_id, str) else None
-        if trig is None:  # inserted with the tab, whose figure render_tab already built
+        if trig is None or (trig in ("tl-rank", "tl-step") and isinstance(selection, dict)
+                            and (selection.get("rank"), selection.get("step")) == (rank, step)):
+            # inserted with the tab, whose figure (zoomed as the selection says) render_tab built
             return (dash.no_update,) * 4
         out = _checked(timeline_update, data, run, rank, step, relayout, trig)
         if out is None:

@@ -99,6 +99,7 @@ def page(data: DashboardData) -> html.Div:
         dcc.Loading(html.Div(overview(data.get(0)), id="tab-content", style={"padding": "8px 4px"}),
                     type="default", delay_show=300),
         dcc.Store(id="selection", data=None),
+        dcc.Store(id="url-loaded", data=False),  # set once the URL's state has been applied
     ], style={"fontFamily": "system-ui, sans-serif", "margin": "0 18px"})
 
 

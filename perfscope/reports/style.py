@@ -171,14 +171,18 @@ def fmt_gbps(x: float | None) -> str:
     return f"{_fixed(x)} GB/s"
 
 
+_EVIDENCE_UNITS = ("ns", "bytes", "gbps", "share", "pct")
+
+
 def _evidence_unit(key: str) -> tuple[str, str]:
-    """(the key without its unit suffix, the unit) of an evidence key such as ``wait_ns``."""
-    for suffix in ("_ns", "_bytes", "_gbps", "_share", "_pct"):
-        if key.endswith(suffix):
-            return key[: -len(suffix)], suffix[1:]
-    if key == "share" or key.endswith("share"):
-        return key, "share"
-    return key, ""
+    """(the key's words without its unit, the unit) of an evidence key: ``wait_ns`` ->
+    (``wait``, ``ns``); ``others_wait_ns_per_step`` -> (``others wait per step``, ``ns``)."""
+    words = key.split("_")
+    for unit in _EVIDENCE_UNITS:
+        if unit in words:
+            rest = [w for w in words if w != unit] if unit != "share" else words
+            return " ".join(rest or words), unit
+    return " ".join(words), ""
 
 
 def fmt_evidence(key: str, value: object) -> tuple[str, str]:
@@ -188,8 +192,7 @@ def fmt_evidence(key: str, value: object) -> tuple[str, str]:
     ``("network_share", 0.9646)`` -> ``("network share", "96.5%")``; lists and dicts are
     shortened to one line (:func:`short`).
     """
-    name, unit = _evidence_unit(str(key))
-    label = name.replace("_", " ") + (" share" if unit == "share" and not name.endswith("share") else "")
+    label, unit = _evidence_unit(str(key))
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return label, short(value, 120)
     if unit == "ns":
