@@ -41,7 +41,7 @@ def warmup_steps(steps: pd.DataFrame, factor: float = WARMUP_FACTOR) -> list[int
     for step, wall in per_step.iloc[:limit].items():
         if median <= 0 or float(wall) < factor * median:
             break
-        out.append(int(step))  # type: ignore[arg-type]
+        out.append(int(step))
     return out
 
 

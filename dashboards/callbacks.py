@@ -101,7 +101,10 @@ def url_state(data: DashboardData, search: Any) -> dict[str, Any]:
     zoomed to 2.5-4 ms.  Anything invalid falls back to the default (run 0, Overview, no
     selection, warm-up excluded): a link must never fail to open.
     """
-    q = parse_qs(search[1:] if isinstance(search, str) and search.startswith("?") else "", max_num_fields=20)
+    try:
+        q = parse_qs(search[1:] if isinstance(search, str) and search.startswith("?") else "", max_num_fields=20)
+    except ValueError:  # too many fields: not a link this page wrote
+        q = {}
 
     def one(key: str) -> str | None:
         values = q.get(key)

@@ -190,3 +190,45 @@ def test_the_browser_cannot_name_a_path(data: DashboardData, tmp_path: Path) -> 
         DashboardData([str(tmp_path)])
     with pytest.raises(UsageError):
         DashboardData([])
+
+
+def test_the_url_names_run_tab_rank_step_zoom_and_warm_up(data: DashboardData) -> None:
+    st = callbacks.url_state(data, "?run=1&tab=timeline&rank=1&step=12&zoom=2.5,4&warmup=1")
+    assert st == {"run": 1, "tab": "timeline", "warmup": ["include"],
+                  "selection": {"run": 1, "rank": 1, "step": 12, "zoom": [2.5, 4.0]}}
+    back = callbacks.state_url(st["run"], st["tab"], st["selection"], st["warmup"])
+    assert back == "?run=1&tab=timeline&rank=1&step=12&zoom=2.5000%2C4.0000&warmup=1"
+    assert callbacks.url_state(data, back) == st
+    assert callbacks.state_url(0, "overview", None, []) == "?run=0&tab=overview"
+
+
+@pytest.mark.parametrize("search", ["", "?", "?run=9", "?run=true&tab=evil", "?tab=<script>", "?rank=1&step=99",
+                                    "?rank=x&step=1", "?run=0&tab=timeline&rank=1&step=12&zoom=nan,1",
+                                    "?zoom=1,2&" + "a=1&" * 50])
+def test_a_bad_url_opens_the_default_view(data: DashboardData, search: str) -> None:
+    st = callbacks.url_state(data, search)
+    assert st["run"] in (0, 1) and st["tab"] in {t for t, _ in layout.TABS} and st["warmup"] == []
+    sel = st["selection"]
+    assert sel is None or (sel == layout.default_selection(data.get(st["run"]))) or "zoom" not in sel
+
+
+def test_sync_state_applies_the_url_once_then_writes_it(data: DashboardData) -> None:
+    url = "?run=1&tab=ranks"
+    # first call (whatever triggered it): the page takes the URL's state
+    assert callbacks.sync_state(data, "selection", url, 0, "overview", None, [], loaded=False) == (
+        None, 1, "ranks", None, None)
+    # later, a change of tab rewrites the URL
+    assert callbacks.sync_state(data, "tabs", url, 1, "kernels", None, [], loaded=True) == (
+        "?run=1&tab=kernels", None, None, None, None)
+    # back/forward: the URL changed, the page follows
+    assert callbacks.sync_state(data, "url", "?run=0&tab=kernels", 1, "kernels", None, [])[1] == 0
+
+
+def test_warm_up_toggle_reaches_overview_and_compare(data: DashboardData) -> None:
+    assert callbacks.include_warmup(["include"]) and not callbacks.include_warmup([]) \
+        and not callbacks.include_warmup("include")
+    # the synthetic runs have no warm-up: both views say so and show the same numbers
+    a = _json(callbacks.render_tab(data, "overview", 0, None, []))
+    b = _json(callbacks.render_tab(data, "overview", 0, None, ["include"]))
+    assert "none detected" in a and a == b
+    assert "median step time" in _json(callbacks.compare_update(data, 0, 1, ["include"]))
