@@ -36,7 +36,8 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-backg
 
 
 def shrink(path: Path, width: int) -> None:
-    """Downscale the PNG at ``path`` to ``width`` pixels and quantise it to 256 colours."""
+    """Downscale the PNG at ``path`` to ``width`` pixels and quantise it to 256 colours
+    (fast octree: the small legend swatches keep their own colours, which median cut merges)."""
     try:
         from PIL import Image
     except ImportError:
@@ -45,7 +46,7 @@ def shrink(path: Path, width: int) -> None:
         rgb = img.convert("RGB")
         if rgb.width > width:
             rgb = rgb.resize((width, round(rgb.height * width / rgb.width)), Image.Resampling.LANCZOS)
-        rgb.quantize(colors=256, method=Image.Quantize.MEDIANCUT).save(path, optimize=True)
+        rgb.quantize(colors=256, method=Image.Quantize.FASTOCTREE).save(path, optimize=True)
 
 
 def take(out: Path, chromium: str, width: int, tabs: list[str]) -> list[Path]:
