@@ -39,6 +39,7 @@ from perfscope.analyzers.config import AnalysisConfig
 from perfscope.analyzers.gpu_summary import summary_frame
 from perfscope.analyzers.intervals import as_i64, as_key, split_by_rank
 from perfscope.analyzers.kernels import LAUNCH_COLUMNS, top_kernels
+from perfscope.analyzers.operators import overall_operators, top_per_rank
 from perfscope.analyzers.rank_pass import (
     COLUMNS,
     GlobalCodes,
@@ -132,7 +133,21 @@ def analyze_run(run: RunLike, config: AnalysisConfig | None = None, progress: Pr
     return Analysis(
         steps=steps, gpu_summary=summary, kernels=kern, collectives=coll, stragglers=stragglers,
         recommendations=recs, warnings=warnings, meta=meta, launch=launch, copies=copies,
+        **_operator_view(summaries, cfg.top_operators),
     )
+
+
+def _operator_view(summaries: list[RankSummary], top: int) -> dict[str, pd.DataFrame]:
+    """The ``Analysis`` fields of the operator view from the ranks' summaries (rank order):
+    each rank's first ``top`` rows, and the operators summed over ranks (first ``top``)."""
+    out: dict[str, pd.DataFrame] = {}
+    for field in ("operators", "operator_sites", "launch_operators"):
+        frames = [getattr(s, field) for s in summaries if getattr(s, field) is not None]
+        if frames:
+            out[field] = _concat(frames)
+    if "operators" in out:
+        out["operators_overall"] = overall_operators(out["operators"]).head(top)
+    return {name: top_per_rank(df, top) if name != "operators_overall" else df for name, df in out.items()}
 
 
 def _in_process(run: Any, ranks: Sequence[int], inputs: Mapping[int, RankInputs], say: Progress) -> Iterable[RankSummary]:

@@ -23,9 +23,10 @@ import re
 import numpy as np
 import pandas as pd
 
-from perfscope.analyzers.classify import name_matches, name_values
+from perfscope.analyzers.classify import codes_and_names, name_matches, name_values
 from perfscope.analyzers.columns import Columns, bools, is_null, n_rows
-from perfscope.analyzers.intervals import KeyIndex, as_i64, as_key
+from perfscope.analyzers.intervals import KeyIndex, as_i64, as_key, filled_i64
+from perfscope.analyzers.operators import enclosing_operators, parents
 
 SYNC_API_RE = re.compile(r"(?i)synchronize")
 # Copy calls without "Async" (runtime and driver spellings; "_v2" suffixes allowed).
@@ -58,16 +59,28 @@ def blocking_calls(api: Columns, memcpy: Columns) -> np.ndarray:
 
 
 SITE_COLUMNS: tuple[str, ...] = ("rank", "call", "site", "calls", "total_ns")
+#: Operators that wait for the GPU to hand a value to the host, and what the user wrote.
+SYNC_OPERATORS: dict[str, str] = {
+    "aten::item": ".item()", "aten::_local_scalar_dense": ".item()", "aten::is_nonzero": "bool(tensor)",
+    "aten::to": ".to()/.cpu()", "aten::_to_copy": ".to()/.cpu()", "aten::copy_": ".copy_()",
+    "aten::nonzero": ".nonzero()", "aten::masked_select": "masked_select()", "aten::unique": "unique()",
+    "aten::_unique2": "unique()", "aten::equal": "torch.equal()", "aten::allclose": "torch.allclose()",
+    "aten::repeat_interleave": "repeat_interleave()",
+}
 # Step marks enclose every call: they name no call site.
 _STEP_MARK_RE = re.compile(r"^ProfilerStep|^perfscope[.:]step")
 _SITE_LOOKBACK = 16  # markers looked at before each call (nesting deeper than this is rare)
 
 
-def blocking_sites(rank: int, api: Columns, blocking: np.ndarray, markers: Columns) -> pd.DataFrame:
+def blocking_sites(rank: int, api: Columns, blocking: np.ndarray, markers: Columns,
+                   operators: Columns | None = None) -> pd.DataFrame:
     """Where one rank's blocking calls come from: per (call name, call site), how many and how
-    long.  The call site is the innermost host marker (NVTX range, ``record_function``,
-    Kineto user annotation; not a step mark) enclosing the call, ``""`` where none does: the
-    trace holds no Python stacks, so this is the closest it says.
+    long.  The call site is, for a call inside an operator that hands a GPU value to the host
+    (:data:`SYNC_OPERATORS`, in ``operators``, the rank's operators table), what the user
+    wrote and where: ``"`.item()` at train.py(42): step"`` (the call site when the trace has
+    Python frames, see :func:`sync_operator_sites`); otherwise the innermost host marker (NVTX
+    range, ``record_function``, Kineto user annotation; not a step mark) enclosing the call,
+    ``""`` where none does.
 
     Returns:
         columns of :data:`SITE_COLUMNS`: ``calls`` and ``total_ns`` (int64 ns) summed over the
@@ -97,10 +110,47 @@ def blocking_sites(rank: int, api: Columns, blocking: np.ndarray, markers: Colum
             hit &= (me[jj] >= start + dur) if ms.size else hit
             site[hit] = names[jj[hit]]
             found |= hit
+    if operators is not None and n_rows(operators) and "tid" in api:
+        tid = np.where(is_null(api["tid"]), np.iinfo(np.int64).min, filled_i64(api["tid"]))[rows]
+        by_op = sync_operator_sites(operators, tid, start, start + dur)
+        site = np.where(by_op != "", by_op, site)
     df = pd.DataFrame({"call": name_values(api["name"])[rows], "site": site, "dur": dur})
     g = df.groupby(["call", "site"], sort=True)["dur"].agg(["size", "sum"]).reset_index()
     return pd.DataFrame({"rank": np.full(len(g), rank, np.int64), "call": g["call"].astype(object), "site": g["site"].astype(object),
                          "calls": g["size"].astype("int64"), "total_ns": g["sum"].astype("int64")})
+
+
+def sync_operator_sites(operators: Columns, tid: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """For each call (``tid``, ``start``, ``end``), ``"`.item()` at train.py(42): step"``
+    when an operator of :data:`SYNC_OPERATORS` encloses it (the outermost of a chain of them,
+    e.g. ``aten::item`` over ``aten::_local_scalar_dense``; ``at ...`` only when the
+    operator has a call site), else ``""``.
+
+    Args:
+        operators: the rank's operators table (columns ``start_ns``, ``dur_ns``, ``tid``,
+            ``name``, ``kind``, ``parent``, ``call_site``).
+    """
+    out = np.full(start.size, "", dtype=object)
+    row = enclosing_operators(operators, tid, start, end)
+    codes, names = codes_and_names(operators["name"])
+    is_sync = np.array([n in SYNC_OPERATORS for n in names], dtype=bool)[codes] if codes.size else np.zeros(0, bool)
+    parent = parents(operators)
+    # Up to the nearest enclosing sync operator, then on up while the parent is one too.
+    found = np.full(row.size, -1, dtype=np.int64)
+    j = row.copy()
+    while (live := j >= 0).any():
+        jj = np.clip(j, 0, None)
+        hit = live & is_sync[jj]
+        found = np.where(hit, j, found)
+        j = np.where(live & (hit | (found < 0)), parent[jj], -1)
+    has = found >= 0
+    if has.any():
+        sites = name_values(operators["call_site"])
+        labels = np.array([SYNC_OPERATORS.get(n, "") for n in names], dtype=object)
+        for i in np.flatnonzero(has):
+            k = found[i]
+            out[i] = f"`{labels[codes[k]]}`" + (f" at {sites[k]}" if sites[k] else "")
+    return out
 
 
 def startup_calls(api: Columns) -> np.ndarray:
@@ -109,4 +159,4 @@ def startup_calls(api: Columns) -> np.ndarray:
     return name_matches(api["name"], STARTUP_API_RE) if n_rows(api) else np.zeros(0, dtype=bool)
 
 
-__all__ = ["SITE_COLUMNS", "blocking_sites", "ASYNC_COPY_API_RE", "STARTUP_API_RE", "SYNC_API_RE", "SYNC_COPY_API_RE", "blocking_calls", "startup_calls"]
+__all__ = ["SITE_COLUMNS", "SYNC_OPERATORS", "blocking_sites", "sync_operator_sites", "ASYNC_COPY_API_RE", "STARTUP_API_RE", "SYNC_API_RE", "SYNC_COPY_API_RE", "blocking_calls", "startup_calls"]

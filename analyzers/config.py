@@ -18,6 +18,9 @@ class AnalysisConfig:
         extend_steps_to_gpu: a step ends when the GPU work it launched ends.
         hta_compat: the GPU summary emulates HTA 0.5.0 (last ProfilerStep excluded, us rounding).
         top_kernels: kernel names kept per rank in ``Analysis.kernels``.
+        top_operators: rows kept per rank (and overall) in the operator view
+            (``Analysis.operators``, ``operators_overall``, ``operator_sites``,
+            ``launch_operators``).
         launch: launch-bound thresholds (HTA's defaults).
         min_skew_ns: collectives whose arrivals spread by no more than this have no last rank.
         collective_clock: how cross-rank skew is measured: ``shared`` (GPU start times; all
@@ -31,6 +34,7 @@ class AnalysisConfig:
     extend_steps_to_gpu: bool = True
     hta_compat: bool = True
     top_kernels: int = 50
+    top_operators: int = 20
     launch: LaunchThresholds = field(default_factory=LaunchThresholds)
     min_skew_ns: int = 0
     collective_clock: str = "auto"

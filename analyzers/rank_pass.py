@@ -70,6 +70,7 @@ from perfscope.analyzers.intervals import (
     merge,
 )
 from perfscope.analyzers.kernels import launch_row, top_kernels
+from perfscope.analyzers.operators import READ_COLUMNS, launch_operators, parents, rank_call_sites, rank_operators
 from perfscope.analyzers.steps import rank_windows
 
 from perfscope.store.reader import Coded
@@ -79,10 +80,11 @@ COLUMNS: dict[str, list[str]] = {
     "memcpy": ["rank", "start_ns", "dur_ns", "correlation", "copy_kind", "bytes", "pageable"],
     "memset": ["rank", "start_ns", "dur_ns", "correlation"],
     "sync": ["rank", "start_ns", "dur_ns", "sync_kind", "stream", "correlation"],
-    "api": ["rank", "start_ns", "dur_ns", "correlation", "name"],
+    "api": ["rank", "start_ns", "dur_ns", "correlation", "name", "tid"],
     "markers": ["rank", "start_ns", "dur_ns", "name", "device"],
     "steps": ["rank", "step", "start_ns", "dur_ns", "name", "source"],
     "host": ["rank", "start_ns", "dur_ns", "kind", "name"],
+    "operators": list(READ_COLUMNS),
     "collectives": ["rank", "start_ns", "dur_ns", "enqueue_ns", "comm_id", "seq", "func", "bytes", "nranks", "correlation", "kernel_name", "peer"],
 }
 HOST_SYNC_KINDS = ("barrier", "collective_wait", "sync_wait")
@@ -328,6 +330,11 @@ class RankSummary:
         step_warnings: what finding its steps has to tell the user.
         sync_sites: where its blocking calls come from (:func:`~.api_calls.blocking_sites`:
             per call and call site, count and time); None without blocking calls.
+        operators: its operators and frames in its steps, every name
+            (:func:`~.operators.rank_operators`); None when it has no operators table.
+        operator_sites: its call sites (:func:`~.operators.rank_call_sites`), or None.
+        launch_operators: the operators behind its launch time
+            (:func:`~.operators.launch_operators`), or None.
     """
 
     rank: int
@@ -342,6 +349,9 @@ class RankSummary:
     copy_kinds: list[str]
     step_warnings: list[str]
     sync_sites: pd.DataFrame | None = None
+    operators: pd.DataFrame | None = None
+    operator_sites: pd.DataFrame | None = None
+    launch_operators: pd.DataFrame | None = None
 
     def nbytes(self) -> int:
         """Size of the summary pickled (what crosses from a worker to the client), bytes."""
@@ -395,7 +405,12 @@ def rank_summary(run: Any, r: int, inputs: RankInputs) -> RankSummary:
     if n_rows(t["memcpy"]):
         copies = copy_summary(t["memcpy"], copy_kinds.recode(t["memcpy"]["copy_kind"]), with_codes=True)
     a_sync = blocking_calls(api, t["memcpy"]) if n_api else None
-    sync_sites = blocking_sites(r, api, a_sync, t["markers"]) if a_sync is not None and a_sync.any() else None
+    # Only imported traces have operators (a run without the table has no part file to read).
+    ops = read_columns(run, "operators", [r])
+    if n_rows(ops):
+        ops = {**ops, "parent": parents(ops)}  # (once for every function that reads it)
+    sync_sites = (blocking_sites(r, api, a_sync, t["markers"], ops) if a_sync is not None and a_sync.any() else None)
+    op_view = _operator_view(r, ops, api, a_sync, win) if n_rows(ops) else {}
     layers = _layers(t, gpu, a_sync)
     del t, gpu, k, api
     steps, wait_layers = None, {}
@@ -406,7 +421,19 @@ def rank_summary(run: Any, r: int, inputs: RankInputs) -> RankSummary:
             wait_layers = {name: intersect(merge(*iv), spans) for name, iv in layers.items() if name != "startup"}
     return RankSummary(rank=int(r), steps=steps, wait_layers=wait_layers, gpu_summary=row, kernels=kern,
                        kernel_names=list(names.names), launch=launch_stats, comm_kernels=comm_kernels, copies=copies,
-                       copy_kinds=list(copy_kinds.names), step_warnings=step_warnings, sync_sites=sync_sites)
+                       copy_kinds=list(copy_kinds.names), step_warnings=step_warnings, sync_sites=sync_sites,
+                       **op_view)
+
+
+def _operator_view(r: int, ops: Columns, api: Columns, a_sync: np.ndarray | None, win: Any) -> dict[str, pd.DataFrame]:
+    """The :class:`RankSummary` fields of the operator view (``operators``,
+    ``operator_sites``, ``launch_operators``) of rank ``r``'s operators table ``ops``."""
+    windows = merge(win["start_ns"], win["end_ns"]) if win is not None else None
+    view = {"operators": rank_operators(r, ops, windows), "operator_sites": rank_call_sites(r, ops, windows)}
+    if n_rows(api):
+        launch = ~startup_calls(api) & (~a_sync if a_sync is not None else True)
+        view["launch_operators"] = launch_operators(r, ops, api, launch, windows)
+    return view
 
 
 def _layers(t: dict[str, Columns], gpu: dict[str, np.ndarray], a_sync: np.ndarray | None) -> dict[str, Intervals]:

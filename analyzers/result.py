@@ -81,3 +81,15 @@ class Analysis:
     launch: pd.DataFrame = field(default_factory=pd.DataFrame)
     # copies: one row per (rank, copy_kind, pageable, large): count, bytes, total_ns.
     copies: pd.DataFrame = field(default_factory=pd.DataFrame)
+    # The operator view of host time (imported traces with an operators table; empty
+    # otherwise; analyzers/operators.py): operators, per rank, the top operators and Python
+    # frames by self time in the steps (rank, name, kind, calls, self_ns, total_ns,
+    # self_share); operators_overall, the same summed over ranks (name, kind, ranks, calls,
+    # self_ns, total_ns, self_share); operator_sites, per rank, the user call sites behind
+    # operator time (rank, call_site, calls, self_ns, top_operator); launch_operators, per
+    # rank, the operators whose time contains launch calls (rank, name, call_site,
+    # launches, launch_ns).
+    operators: pd.DataFrame = field(default_factory=pd.DataFrame)
+    operators_overall: pd.DataFrame = field(default_factory=pd.DataFrame)
+    operator_sites: pd.DataFrame = field(default_factory=pd.DataFrame)
+    launch_operators: pd.DataFrame = field(default_factory=pd.DataFrame)

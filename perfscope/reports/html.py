@@ -12,6 +12,7 @@ import plotly.graph_objects as go
 import plotly.io as pio
 
 from perfscope.analyzers import BUCKET_COLUMNS, BUCKETS, step_summary
+from perfscope.analyzers.operators import top_call_sites, top_host_operators
 from perfscope.analyzers.result import Analysis
 from perfscope.reports import figures
 from perfscope.reports.style import escape_html as e
@@ -58,13 +59,14 @@ def render_html(a: Analysis, title: str = "perfscope report") -> str:
 
     Returns:
         the HTML text: findings, figures (step buckets, median step per rank, GPU summary,
-        top kernels, collective skew) and tables.
+        top kernels, collective skew) and tables (top host operators and call sites when the
+        run has operators).
     """
     meta = a.meta or {}
     facts = (f"run <code>{e(meta.get('run_id', '?'))}</code> · source {e(meta.get('source', '?'))} · "
              f"world size {e(meta.get('world_size', '?'))} · status {e(meta.get('status', '?'))}")
     body = [f"<h1>{e(title, TEXT_LIMIT)}</h1>", f"<p class=\"meta\">{facts}</p>"]
-    for section in (_findings, _buckets, _gpu, _collectives, _kernels):
+    for section in (_findings, _buckets, _gpu, _collectives, _kernels, _operators):
         body += section(a)
     if a.warnings:
         body.append("<h2>Warnings</h2><ul>" + "".join(f'<li class="warn">{e(w, TEXT_LIMIT)}</li>' for w in a.warnings) + "</ul>")
@@ -119,6 +121,23 @@ def _kernels(a: Analysis) -> list[str]:
             html_table(["kernel", "rank", "kind", "count", "total ms", "mean us", "share"],
                        [[e(r["name"], 160), str(int(r["rank"])), e(r["kind"]), str(int(r["count"])), ms(r["total_ns"]),
                          f"{r['mean_ns'] / 1e3:,.1f}", f"{100 * r['share']:.1f}%"] for _, r in k.iterrows()])]
+
+
+def _operators(a: Analysis) -> list[str]:
+    ops = top_host_operators(a.operators_overall, 25)
+    if not len(ops):
+        return []
+    out = ["<h2>Top host operators</h2>", "<p class=\"meta\">Self time of the host operators in the steps, over all ranks.</p>",
+           html_table(["operator", "calls", "self ms", "total ms", "self share"],
+                      [[e(r["name"], 160), f"{int(r['calls']):,}", ms(r["self_ns"]), ms(r["total_ns"]),
+                        f"{100 * r['self_share']:.1f}%"] for _, r in ops.iterrows()])]
+    sites = top_call_sites(a.operator_sites, 15)
+    if len(sites):
+        out += ["<h3>Top call sites</h3>", html_table(
+            ["call site", "top operator", "calls", "self ms"],
+            [[e(r["call_site"], 160), e(r["top_operator"], 160), f"{int(r['calls']):,}", ms(r["self_ns"])]
+             for _, r in sites.iterrows()], left=2)]
+    return out
 
 
 __all__ = ["figure_div", "html_table", "page", "render_html"]

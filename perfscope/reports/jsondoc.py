@@ -84,7 +84,9 @@ def analysis_to_json(a: Analysis) -> dict[str, Any]:
         hidden_network_ns, hidden_pcie_ns, ...), ``summary`` (per rank medians),
         ``gpu_summary`` (rank, span_ns, idle_ns, compute_ns, non_compute_ns, ...),
         ``recommendations`` (id, bucket, title, message, evidence, saving_ns, saving_share,
-        change, ranks), ``kernels``, ``launch``, ``collectives``, ``stragglers``, ``copies``
+        change, ranks), ``kernels``, ``launch``, ``collectives``, ``stragglers``, ``copies``,
+        ``operators`` (the operator view, present when the run has operators: ``by_rank``,
+        ``overall``, ``call_sites``, ``launch``; see :class:`~perfscope.analyzers.result.Analysis`)
         and ``warnings``. Times in ns, bandwidths in GB/s.
     """
     meta = a.meta or {}
@@ -101,6 +103,9 @@ def analysis_to_json(a: Analysis) -> dict[str, Any]:
         "collectives": records(a.collectives),
         "stragglers": records(a.stragglers),
         "copies": records(a.copies),
+        **({"operators": {"by_rank": records(a.operators), "overall": records(a.operators_overall),
+                          "call_sites": records(a.operator_sites), "launch": records(a.launch_operators)}}
+           if len(a.operators) else {}),
         "warnings": list(a.warnings),
     }
 

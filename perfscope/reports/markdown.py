@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from perfscope.analyzers import BUCKET_COLUMNS, BUCKETS, step_summary
+from perfscope.analyzers.operators import top_call_sites, top_host_operators
 from perfscope.analyzers.result import Analysis
 from perfscope.reports.style import (
     escape_html,
@@ -40,14 +41,15 @@ def render_markdown(a: Analysis, title: str = "perfscope report") -> str:
 
     Returns:
         the document: run facts, top findings, median step per rank (ms and %), every step's
-        buckets (up to 60 rows), HTA-style GPU summary, stragglers, top kernels, warnings.
+        buckets (up to 60 rows), HTA-style GPU summary, stragglers, top kernels, top host
+        operators and call sites (when the run has operators), warnings.
     """
     meta = a.meta or {}
     lines = [f"# {md_cell(title, 100)}", ""]
     lines.append(f"Run {md_code(meta.get('run_id', '?'))} · source {md_cell(meta.get('source', '?'), 100)} · "
                  f"world size {md_cell(meta.get('world_size', '?'), 100)} · status {md_cell(meta.get('status', '?'), 100)}")
     lines.append("")
-    for section in (_findings, _median_steps, _steps, _gpu_summary, _stragglers, _kernels):
+    for section in (_findings, _median_steps, _steps, _gpu_summary, _stragglers, _kernels, _operators):
         lines += section(a)
     if a.warnings:
         lines += ["## Warnings", ""] + [f"* {md_cell(w, 500)}" for w in a.warnings] + [""]
@@ -125,6 +127,23 @@ def _kernels(a: Analysis) -> list[str]:
         ["rank", "kernel", "kind", "count", "total ms", "mean us", "share"],
         [[str(int(r["rank"])), md_cell(r["name"], 90), md_cell(r["kind"], 100), str(int(r["count"])), ms(r["total_ns"]),
           f"{r['mean_ns'] / 1e3:,.1f}", f"{100 * r['share']:.1f}%"] for _, r in k.iterrows()]), ""]
+
+
+def _operators(a: Analysis) -> list[str]:
+    ops = top_host_operators(a.operators_overall, 15)
+    if not len(ops):
+        return []
+    out = ["## Top host operators", "", "Self time of the host operators in the steps, over all ranks.", "", *table(
+        ["operator", "calls", "self ms", "total ms", "self share"],
+        [[md_cell(r["name"], 90), f"{int(r['calls']):,}", ms(r["self_ns"]), ms(r["total_ns"]),
+          f"{100 * r['self_share']:.1f}%"] for _, r in ops.iterrows()]), ""]
+    sites = top_call_sites(a.operator_sites, 10)
+    if len(sites):
+        out += ["### Top call sites", "", *table(
+            ["call site", "top operator", "calls", "self ms"],
+            [[md_cell(r["call_site"], 90), md_cell(r["top_operator"], 60), f"{int(r['calls']):,}", ms(r["self_ns"])]
+             for _, r in sites.iterrows()]), ""]
+    return out
 
 
 # -- a comparison -------------------------------------------------------------------------

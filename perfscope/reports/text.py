@@ -13,6 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from perfscope.analyzers import BUCKET_COLUMNS, BUCKETS, step_summary
+from perfscope.analyzers.operators import top_call_sites, top_host_operators
 from perfscope.analyzers.result import Analysis
 from perfscope.reports.style import fmt_delta_ns, fmt_interval, fmt_ns, fmt_pct, short
 
@@ -23,6 +24,8 @@ if TYPE_CHECKING:
 
 # Rows of the top-kernels table, and how much of a (C++ template) kernel name it shows.
 TOP_KERNELS = 10
+# Rows of the top host operators and call sites tables.
+TOP_OPERATORS = 10
 KERNEL_NAME_WIDTH = 70
 # "As wide as it needs": text going to a pipe or a file is never cut to a terminal's width.
 NATURAL_WIDTH = 10_000
@@ -45,7 +48,8 @@ def render_analysis_text(a: Analysis, *, width: int = 160, color: bool = False, 
                          top_kernels: int = TOP_KERNELS) -> str:
     """The terminal report of an analysis, the answer first: run facts, the findings, the
     warnings, then the summary (median step per rank, stragglers, the ``top_kernels``
-    kernels with the most GPU time) and, with ``steps``, every step's buckets."""
+    kernels with the most GPU time, the host operators and call sites with the most self
+    time when the run has operators) and, with ``steps``, every step's buckets."""
     con, buf = _console(width, color)
     meta = a.meta or {}
     con.print(Text(f"run {meta.get('run_id', '?')}  source={meta.get('source', '?')}  world_size={meta.get('world_size', '?')}  "
@@ -63,6 +67,8 @@ def render_analysis_text(a: Analysis, *, width: int = 160, color: bool = False, 
     kernels = _kernels_table(a.kernels, top_kernels)
     if kernels is not None:
         con.print(kernels)
+    for table in _operator_tables(a):
+        con.print(table)
     if len(a.steps) and steps:
         con.print(_steps_table(a.steps))
     elif len(a.steps):
@@ -122,6 +128,33 @@ def _kernels_table(kernels: pd.DataFrame, n: int) -> Table | None:
         t.add_row(Text(short(r["name"], KERNEL_NAME_WIDTH)), Text(str(r["kind"])), f"{int(r['count']):,}",
                   f"{r['total_ns'] / 1e6:,.2f}", f"{r['mean_ns'] / 1e3:,.1f}", f"{100 * r['share']:.1f}%")
     return t
+
+
+def _operator_tables(a: Analysis) -> list[Table]:
+    """"Top host operators" (and "Top call sites" when the trace has Python frames): the
+    operators with the most self time in the steps, over all ranks; none without operators."""
+    ops = top_host_operators(a.operators_overall, TOP_OPERATORS)
+    if not len(ops):
+        return []
+    ranks = a.operators["rank"].nunique()
+    t = Table(title=f"Top host operators by self time in the steps{f' (all {ranks} ranks)' if ranks > 1 else ''}",
+              title_justify="left")
+    for h in ("operator", "calls", "self ms", "total ms", "self share"):
+        t.add_column(h, justify="left" if h == "operator" else "right", no_wrap=h == "operator", overflow="ellipsis")
+    for _, r in ops.iterrows():
+        t.add_row(Text(short(r["name"], KERNEL_NAME_WIDTH)), f"{int(r['calls']):,}", f"{r['self_ns'] / 1e6:,.2f}",
+                  f"{r['total_ns'] / 1e6:,.2f}", f"{100 * r['self_share']:.1f}%")
+    tables = [t]
+    sites = top_call_sites(a.operator_sites, TOP_OPERATORS)
+    if len(sites):
+        s = Table(title="Top call sites by operator self time", title_justify="left")
+        for h in ("call site", "top operator", "calls", "self ms"):
+            s.add_column(h, justify="right" if h in ("calls", "self ms") else "left", no_wrap=True, overflow="ellipsis")
+        for _, r in sites.iterrows():
+            s.add_row(Text(short(r["call_site"], KERNEL_NAME_WIDTH)), Text(short(r["top_operator"], 40)),
+                      f"{int(r['calls']):,}", f"{r['self_ns'] / 1e6:,.2f}")
+        tables.append(s)
+    return tables
 
 
 def _stragglers_table(stragglers: pd.DataFrame) -> Table:

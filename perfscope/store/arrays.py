@@ -148,6 +148,20 @@ def str_array(values: Sequence[Any], *, strict: bool = False) -> pa.Array | None
     return pc.cast(arr, pa.string()) if big else arr
 
 
+def int_values(arr: pa.Array, null: int | None = None) -> np.ndarray:
+    """The values of an Arrow integer array as numpy, without pyarrow's pandas-importing
+    conversions: a view of its buffer when ``null`` is None (meaningless where a value is
+    null), else a copy with ``null`` where a value is null."""
+    width = arr.type.bit_width // 8
+    if arr.buffers()[1] is None:  # (all null)
+        return np.full(len(arr), null or 0, dtype=f"<i{width}")
+    values = np.frombuffer(arr.buffers()[1], dtype=f"<i{width}", count=len(arr), offset=arr.offset * width)
+    if null is None or not arr.null_count:
+        return values
+    bits = np.unpackbits(np.frombuffer(arr.buffers()[0], np.uint8), bitorder="little")
+    return np.where(bits[arr.offset:arr.offset + len(arr)].astype(bool), values, null)
+
+
 def column(values: Any, type_: pa.DataType) -> Any:
     """``values`` (a list, numpy array or Arrow array) as an Arrow array of ``type_``,
     built here when it is a list or numpy array; Arrow arrays are returned as they are."""
@@ -173,4 +187,4 @@ def column(values: Any, type_: pa.DataType) -> Any:
     raise TypeError(f"no Arrow conversion for a {base} column")  # pragma: no cover
 
 
-__all__ = ["bool_array", "column", "float_array", "from_numpy", "int_array", "str_array", "str_or_none", "to_int"]
+__all__ = ["bool_array", "column", "float_array", "from_numpy", "int_array", "int_values", "str_array", "str_or_none", "to_int"]

@@ -165,6 +165,17 @@ HOST = _register(Table("host", "One row per host span that matters to the breakd
     _c("name", STR, "", "what was waited on or run (untrusted)", True),
 )))
 
+OPERATORS = _register(Table("operators", "One row per host operator (cpu_op, PyTorch 1.8-1.9 Operator) or Python function frame (python_function) of an imported profiler trace.", (
+    *_time_cols("operator or frame"),
+    _c("pid", I64), _c("tid", I64, "", "host thread id"),
+    _c("name", STR, "", "operator name (aten::mm, autograd::engine::evaluate_function: ...) or frame (train.py(42): step); untrusted", True),
+    _c("kind", STR, "", "cpu_op (an operator) or python_function (a Python frame)", True),
+    _c("external_id", I64, "", "Kineto External id, linking an operator to the runtime calls it made (null for frames)"),
+    _c("depth", I32, "", "nesting depth among the rank's operators and frames on the same thread (0: outermost)"),
+    _c("parent", I64, "", "row (0-based, within this rank's table) of the innermost row on the same thread that encloses this one, null at the top; rows are in preorder, so a parent's row comes before its children's"),
+    _c("call_site", STR, "", "the innermost enclosing user Python frame (not torch, not site-packages), e.g. train.py(42): step; null when the trace has no Python frames there", True),
+)))
+
 COLLECTIVES = _register(Table("collectives", "One row per NCCL collective or point-to-point operation on this rank.", (
     *_time_cols("operation's GPU execution"),
     _c("enqueue_ns", I64, "ns", "when the host enqueued the operation (NCCL API call), if known"),

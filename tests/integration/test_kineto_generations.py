@@ -26,17 +26,21 @@ SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "kinet
 # file name prefix -> (spelling, rows per table, HTA idle/compute/non-compute in us or None)
 CASES = {
     # PyTorch 1.9, Tesla V100, ResNet-50 (pytorch/kineto tb_plugin samples, be239c04)
-    "be239c04_": ("pytorch-1.8/1.9", {"kernels": 8772, "api": 11923, "memcpy": 12, "memset": 312, "steps": 6},
+    "be239c04_": ("pytorch-1.8/1.9", {"kernels": 8772, "api": 11923, "memcpy": 12, "memset": 312, "steps": 6,
+                                      "operators": 23646},
                   (327463, 492891, 10140)),
     # PyTorch 1.8, no deviceProperties (tb_plugin samples, 34d6ad53)
-    "34d6ad53_": ("pytorch-1.8/1.9", {"kernels": 9564, "api": 10920, "memcpy": 12, "memset": 439, "steps": 6},
+    "34d6ad53_": ("pytorch-1.8/1.9", {"kernels": 9564, "api": 10920, "memcpy": 12, "memset": 439, "steps": 6,
+                                      "operators": 33384},
                   (208143, 504477, 10990)),
     # ROCm 6.2, MI250 (HTA's test data)
-    "amd_trace_mi250": ("pytorch-1.10+", {"kernels": 14, "api": 21, "memcpy": 2, "markers": 3, "steps": 2},
+    "amd_trace_mi250": ("pytorch-1.10+", {"kernels": 14, "api": 21, "memcpy": 2, "markers": 3, "steps": 2,
+                                          "operators": 70},
                         (8780, 96, 35)),
     # PyTorch 1.8, the autograd profiler API: no ProfilerStep, so no steps (tb_plugin
     # samples, 229f2b87; not checked against HTA, whose breakdown needs steps)
-    "229f2b87": ("pytorch-1.8/1.9", {"kernels": 9329, "api": 15754, "memcpy": 338, "memset": 466, "steps": 0}, None),
+    "229f2b87": ("pytorch-1.8/1.9", {"kernels": 9329, "api": 15754, "memcpy": 338, "memset": 466, "steps": 0,
+                                     "operators": 33535}, None),
 }
 BUCKETS = ["compute_ns", "network_ns", "sync_ns", "pcie_ns", "data_loading_ns", "host_ns"]
 
@@ -91,6 +95,11 @@ def test_the_19_trace_is_compute_bound_with_host_gaps(tmp_path: Path, capsys: py
     assert doc["recommendations"][0]["id"] == "host.overhead"
     info = _cli(capsys, "info", str(run))
     assert "rank 0 trace: Kineto schema 1, pytorch-1.8/1.9 spelling, Tesla V100-DGXS-32GB (compute 7.0)" in " ".join(info.split())
+    # The run holds the trace's operators, and the analysis ranks them by host time.
+    assert "operators 23,646" in " ".join(info.replace("│", " ").split())
+    top = doc["operators"]["overall"][0]
+    assert top["name"] == "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__" and top["calls"] == 6
+    assert "Top host operators" in _cli(capsys, "report", str(run), "--format", "md", "-o", "-")
 
 
 @pytest.mark.parametrize("name", sorted(p.name for p in SHARED.glob("*.json.gz")) if SHARED.is_dir() else ["(none)"])

@@ -17,7 +17,7 @@ import pytest
 from perfscope.errors import InputError
 from kineto_checks import KINETO_FIXTURES, SHARED_NAMES, assert_identical_runs
 from perfscope.store.kineto import decode, import_kineto, prefilter, read
-from perfscope.store.kineto.classify import FILTER_RULES
+from perfscope.store.kineto.classify import CPU_OP_PREFIXES, FILTER_RULES
 
 
 def _built() -> str | None:
@@ -40,9 +40,15 @@ if _NOT_BUILT is not None:  # pragma: no cover - the build is part of the instal
 FIXTURES = Path(__file__).resolve().parents[1] / "data" / "kineto"
 
 
-def run(text: bytes | str, **kw: Any) -> prefilter.Filtered:
-    """The filter on ``text`` with the importer's rules."""
-    return prefilter.run(text.encode() if isinstance(text, str) else text, FILTER_RULES, **kw)
+#: The importer's rules with the filter's by-name rule on (cpu_op events kept only by
+#: name, as the importer kept them before the operators table): the rule tests below
+#: exercise that part of the filter too; the importer's own rules: test_importer_rules.
+RULES = FILTER_RULES._replace(by_name="cpu_op", prefixes=CPU_OP_PREFIXES)
+
+
+def run(text: bytes | str, rules: prefilter.Rules = RULES, **kw: Any) -> prefilter.Filtered:
+    """The filter on ``text`` with ``rules``."""
+    return prefilter.run(text.encode() if isinstance(text, str) else text, rules, **kw)
 
 
 def trace(*events: str, head: str = '"schemaVersion": 1', tail: str = "") -> str:
@@ -71,7 +77,8 @@ def kept_events(text: str) -> list[Any]:
         ('{"ph": "s", "cat": "kernel", "name": "k"}', False),
         ('{"ph": "M", "name": "process_name"}', False),
         ('{"ph": "i", "cat": "kernel"}', False),
-        ('{"ph": "X", "cat": "python_function", "name": "f"}', False),
+        ('{"ph": "X", "cat": "python_function", "name": "f"}', True),
+        ('{"ph": "C", "cat": "python_function", "name": "f"}', False),
         ('{"ph": "X", "cat": "Trace", "name": "PyTorch Profiler"}', False),
         ('{"ph": "X", "cat": "cpu_op", "name": "aten::add"}', False),
         ('{"ph": "X", "cat": "cpu_op", "name": "record_param_comms"}', True),
@@ -108,6 +115,16 @@ def kept_events(text: str) -> list[Any]:
 )
 def test_rule(event: str, kept: bool) -> None:
     assert kept_events(trace(event)) == ([json.loads(event)] if kept else [])
+
+
+def test_importer_rules() -> None:
+    """The importer keeps every operator and Python frame (the operators table), and no
+    other cpu_op phase or unknown category."""
+    events = ['{"ph": "X", "cat": "cpu_op", "name": "aten::add"}', '{"ph": "X", "cat": "cpu_op", "name": ""}',
+              '{"ph": "X", "cat": "python_function", "name": "train.py(3): f"}',
+              '{"ph": "i", "cat": "cpu_op", "name": "aten::add"}', '{"ph": "X", "cat": "Trace", "name": "t"}']
+    r = run(trace(*events), FILTER_RULES)
+    assert [e["name"] for e in json.loads(bytes(r.text))["traceEvents"]] == ["aten::add", "", "train.py(3): f"]
 
 
 def test_nested_keys_do_not_count() -> None:
@@ -369,7 +386,7 @@ def test_chunk_counts_by_category() -> None:
 
 
 def test_chunks_are_joined_only_where_no_order_changes() -> None:
-    cats = ["a", "b", "cuda_runtime", "cuda_driver", "user_annotation", "gpu_user_annotation", "cpu_op"]
+    cats = ["a", "b", "cuda_runtime", "cuda_driver", "user_annotation", "gpu_user_annotation", "cpu_op", "python_function"]
 
     def row(**n: int) -> list[int]:
         return [n.get(c, 0) for c in cats] + [n.get("unknown", 0)]
@@ -383,6 +400,8 @@ def test_chunks_are_joined_only_where_no_order_changes() -> None:
     assert sizes([row(gpu_user_annotation=1), row(a=1), row(user_annotation=1)], cats, 10) == [2, 1]
     assert sizes([row(user_annotation=1), row(gpu_user_annotation=1)], cats, 10) == [2]
     assert sizes([row(cpu_op=1), row(user_annotation=1)], cats, 10) == [1, 1]
+    assert sizes([row(python_function=1), row(cpu_op=1)], cats, 10) == [1, 1]
+    assert sizes([row(cpu_op=1), row(python_function=1)], cats, 10) == [2]
     assert sizes([row(), row(), row(a=1)], cats, 10) == [1]
     assert sizes([], cats, 10) == []
 
@@ -469,7 +488,7 @@ def test_the_filter_is_used_and_row_order_is_kept(tmp_path: Path, monkeypatch: p
         return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": 2, "ts": ts, "dur": 1, "args": {"correlation": ts}}
 
     events = [event(first, names[0], 1)]
-    events += [event("cpu_op", f"aten::op{i}", 2 + i) for i in range(5)]
+    events += [event("Trace", f"dropped{i}", 2 + i) for i in range(5)]
     events += [event(second, names[1], 10), event(first, names[2], 11)]
     path = tmp_path / "t.json"
     path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": events}))

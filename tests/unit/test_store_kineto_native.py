@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from perfscope.errors import InputError
+from perfscope.store import open_run
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -161,7 +162,13 @@ def rich_events(ts0: float, *, without_memset_args: bool = False) -> list[dict[s
              "dur": 90.5, "args": {"External id": 1}},
             {"ph": "X", "cat": "cpu_op", "name": f"ProfilerStep#{step + 10}", "pid": 7, "tid": 8, "ts": t(base + 0.001),
              "dur": 90},
-            {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 7, "tid": 8, "ts": t(base + 1), "dur": 5},
+            {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 7, "tid": 8, "ts": t(base + 1), "dur": 5,
+             "args": {"External id": 30 + step, "Input Dims": [[2, 3], []]}},
+            {"ph": "X", "cat": "python_function", "name": "train.py(12): step", "pid": 7, "tid": 8, "ts": t(base + 0.5),
+             "dur": 40, "args": {"Python id": 3, "Python parent id": 1}},
+            {"ph": "X", "cat": "python_function", "name": "torch/nn/modules/module.py(1102): _call_impl", "pid": 7,
+             "tid": 8, "ts": t(base + 0.75), "dur": 20},
+            {"ph": "X", "cat": "cpu_op", "name": "aten::item", "pid": 7, "tid": 9, "ts": t(base + 1), "dur": 5},
             {"ph": "X", "cat": "cpu_op", "name": "record_param_comms", "pid": 7, "tid": 8, "ts": t(base + 2), "dur": 9,
              "args": {"External id": 40 + step, "Collective name": "allreduce", "dtype": "Float",
                       "In msg nelems": 1024, "Out msg nelems": 1024, "Group size": 2, "Process Group Name": "0"}},
@@ -215,8 +222,10 @@ def test_every_table_is_the_same(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     path = write(tmp_path, rich_events(ts0, without_memset_args=ts0 >= 2**43), head)
     a, b, ra, rb = import_both([path], tmp_path, monkeypatch)
     assert_identical_runs(a, b, ra, rb, table_order=True)
-    assert set(ra.rows[0]) == {"api", "kernels", "memcpy", "memset", "markers", "steps", "sync", "collectives"}
+    assert set(ra.rows[0]) == {"api", "kernels", "memcpy", "memset", "markers", "steps", "sync", "collectives", "operators"}
     assert ra.warnings  # unlinked NCCL kernels
+    ops = open_run(a).table("operators")
+    assert (ops["kind"] == "python_function").sum() == 6 and ops["call_site"].eq("train.py(12): step").sum() == 9
 
 
 def test_an_empty_trace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -282,11 +291,12 @@ def test_any_decimal_timestamp_is_exact(ns: int, decimals: int) -> None:
 def test_values_and_defaults() -> None:
     row = one(kernel(args={"device": 3, "stream": -7, "correlation": 2**63 - 1, "registers per thread": 32,
                            "shared memory": 0, "graph id": None, "bytes": 12, "cbid": 211,
-                           "grid": [4, 106, 1], "block": [128, 1, 1], "External id": 1.5, "other": [{"device": "x"}]}))
+                           "grid": [4, 106, 1], "block": [128, 1, 1], "External id": 5, "other": [{"device": "x"}],
+                           "Record function id": 1.5}))
     assert row == {"pid": 0, "tid": 7, "ts": 10_000, "dur": 2_000, "correlation": 2**63 - 1, "device": 3,
                    "stream": -7, "registers": 32, "shared_memory": 0, "graph_id": None, "bytes": 12, "cbid": 211,
                    "grid_x": 4, "grid_y": 106, "grid_z": 1, "block_x": 128, "block_y": 1, "block_z": 1,
-                   "cat": "kernel", "name": "k", "odd": []}
+                   "external_id": 5, "cat": "kernel", "name": "k", "odd": []}
     # Absent and null are the same: no value.
     for args in ({}, None, {"device": None, "grid": None}):
         row = one(kernel(pid=None, args=args))

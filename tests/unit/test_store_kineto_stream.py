@@ -222,7 +222,7 @@ def test_wrong_split_guesses_are_caught() -> None:
     the guess is wrong, which the filter must notice (and then go on alone)."""
     inner = ", ".join('{"ph": "f", "cat": "ac2g"}' for _ in range(20000))
     text = ('{"schemaVersion": 1, "traceEvents": [{"ph": "X", "cat": "kernel", "args": {"x": [' + inner
-            + ']}}, {"ph": "X", "cat": "cpu_op", "name": "n"}, {"ph": "X", "cat": "kernel"}]}').encode()
+            + ']}}, {"ph": "X", "cat": "Trace", "name": "n"}, {"ph": "X", "cat": "kernel"}]}').encode()
     for step in (0, 64, 4093):
         got = assert_same(text, piece=1 << 24, step=step, help_bytes=1, share_rows=1)
         assert (got.events, got.kept) == (3, 2)

@@ -30,6 +30,8 @@ Kineto event (``ph == "X"``)           perfscope table
 ``cuda_runtime`` / ``cuda_driver``     ``api``
 ``user_annotation``                    ``markers`` (``ProfilerStep#N`` goes to ``steps``)
 ``gpu_user_annotation``                ``markers`` (with device and stream)
+``cpu_op`` / ``python_function``       ``operators`` (nested per thread, with call sites:
+                                       :mod:`.operators`)
 ``perfscope_*`` (our own exports)      ``host``, ``collectives``, ``metrics``
 =====================================  ===================================================
 
@@ -46,8 +48,8 @@ Decisions worth knowing:
   64-bit-mantissa arithmetic, exact up to ~10^16 µs.
 * **What no table keeps is not decoded.**  A native pre-filter
   (:mod:`.prefilter`, one pass of C over the text, which it validates
-  as strict JSON) first cuts the events no table keeps (``cpu_op`` ops, flows, metadata:
-  about two thirds of a Kineto trace) and writes the rest over the text; every kept event
+  as strict JSON) first cuts the events no table keeps (flows, metadata, instants: about
+  a third of a Kineto trace) and writes the rest over the text; every kept event
   and every other member is copied byte for byte, and the kept events reach the table
   builders in chunks of the original's boundaries, so the tables are the unfiltered
   trace's, row for row.  A text the filter refuses, or without the library, is decoded
@@ -74,8 +76,8 @@ Decisions worth knowing:
   Files up to 64 MB of JSON are decoded in one pass; bigger ones are first scanned into
   raw spans (no objects) and decoded 16,384 events at a time, so memory stays the file's
   text plus one chunk of events.  Events are sorted into tables a chunk at a time, only
-  the kept events' ``args`` are decoded (``cpu_op`` arguments, call stacks and flows never
-  are), and no event dict is ever built.  A trace the typed decoders cannot take (an
+  the kept events' ``args`` are decoded (flows' never are; of ``cpu_op`` arguments only
+  ``External id`` is read), and no event dict is ever built.  A trace the typed decoders cannot take (an
   unknown phase, a name that is not text) goes through looser ones, with the same result.
 * **No pandas.**  Columns become Arrow arrays from numpy buffers
   (:mod:`perfscope.store.arrays`), because ``pa.array`` imports pandas (0.15 s, 45 MB),

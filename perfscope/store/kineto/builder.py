@@ -5,6 +5,7 @@ from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from perfscope.store.kineto.classify import Classified
 from perfscope.store.kineto.decode import decode_args_batch
@@ -21,10 +22,12 @@ from perfscope.store.kineto.links import (
     collectives_from_kernels,
     sync_table,
 )
+from perfscope.store.kineto.operators import sorted_operators_table
 from perfscope.store.kineto.tables import (
     RankTables,
     basic_tables,
     concat_columns,
+    operator_columns,
     rank_tables,
 )
 
@@ -59,6 +62,7 @@ class EventRankBuilder:
         self.nccl: list[Event] = []
         self.rpc: list[Event] = []
         self.colls: list[Event] = []
+        self.operators: list[dict[str, Any]] = []  # per chunk, operator_columns
 
     def add(self, events: Iterable[Event] | Classified) -> None:
         """Add a chunk of events (or an already classified set)."""
@@ -87,6 +91,8 @@ class EventRankBuilder:
         tables = basic_tables(c, self.base_ns, self.pid_map, self.device_map, api_parts=self.api_parts)
         for name, cols in tables.items():
             self.parts.setdefault(name, []).append(cols)
+        if c.operators:
+            self.operators.append(operator_columns(c.operators, self.base_ns, self.pid_map))
 
     def finish(self) -> RankTables:
         """Join the pieces and build the tables that link across chunks."""
@@ -101,6 +107,11 @@ class EventRankBuilder:
             out["collectives"] = collectives_from_export(self.colls, self.base_ns)
         elif self.nccl:
             out["collectives"] = collectives_from_kernels(self.nccl, self.rpc, launches, self.base_ns, warnings)
+        if self.operators:
+            ops = {k: pa.concat_arrays([p[k] for p in self.operators]) if isinstance(self.operators[0][k], pa.Array)
+                   else np.concatenate([p[k] for p in self.operators]) for k in self.operators[0]}
+            self.operators.clear()
+            out["operators"] = sorted_operators_table(**ops)
         return rank_tables(out, warnings)
 
 

@@ -19,7 +19,8 @@ from perfscope.store.kineto.checks import step_number
 from perfscope.store.kineto.parse import STEP_RE
 
 
-#: Names of cpu_op events some table keeps (record_param_comms ops, old-style steps).
+#: Names of cpu_op events that other tables than ``operators`` keep (record_param_comms
+#: ops, old-style steps).
 CPU_OP_PREFIXES = ("record_param_comms", "ProfilerStep#")
 _NAME = attrgetter("name")
 #: Kineto category -> the kind (:class:`Classified` list) its kept events go to.
@@ -27,7 +28,7 @@ CAT_KIND = {
     "cpu_op": "cpu_op", "cuda_runtime": "api", "cuda_driver": "api", "kernel": "kernels",
     "user_annotation": "annotations", "gpu_memcpy": "memcpy", "gpu_memset": "memset", "cuda_sync": "sync",
     "gpu_user_annotation": "gpu_markers", "perfscope_host": "host", "perfscope_collective": "colls",
-    "perfscope_metric": "metrics",
+    "perfscope_metric": "metrics", "python_function": "python_function",
 }
 
 
@@ -53,12 +54,14 @@ class Classified:
     colls: list[Event] = field(default_factory=list)
     metrics: list[Event] = field(default_factory=list)
     rpc: list[Event] = field(default_factory=list)
+    #: cpu_op events, then python_function events (the ``operators`` table).
+    operators: list[Event] = field(default_factory=list)
 
     def add(self, events: Iterable[Event]) -> None:
         """Sort ``events`` into their kinds and decode the kept ones' args.
 
-        Everything else (``cpu_op`` ops, flows, metadata: most of a trace) is dropped, and
-        with it the chunk's text, since kept events no longer point into it.
+        Everything else (flows, metadata, instants) is dropped, and with it the chunk's
+        text, since kept events no longer point into it.
         """
         by_cat: dict[Any, list[Event]] = {cat: [] for cat in CAT_KIND}
         get = by_cat.get
@@ -78,6 +81,10 @@ class Classified:
                 bucket = [e for e in bucket if e.ph == ph]
             kept.setdefault(kind, []).extend(bucket)
         cpu_ops = kept.pop("cpu_op")
+        frames = kept.pop("python_function")
+        decode_args_batch(cpu_ops + frames)  # (their External id)
+        self.operators.extend(cpu_ops)
+        self.operators.extend(frames)
         # Most events of a trace; only record_param_comms and old-style steps matter.  One
         # search of all the names tells whether any can be there; if so, one cheap test per
         # op (a prefix), then the exact ones on the few left.
@@ -107,7 +114,6 @@ class Classified:
                 self.rpc.append(e)
             else:
                 self.markers.append(e)
-        decode_args_batch(cpu_steps)
         self.steps.extend((step_number(e.name[13:]), e) for e in cpu_steps)
         for kind, evs in kept.items():
             if evs:
@@ -116,10 +122,11 @@ class Classified:
 
 
 # What :class:`Classified` can keep, for the native pre-filter (:mod:`.read`): the
-# categories and their phase, and the cpu_op names that matter.
+# categories and their phase.  Every cpu_op is kept (the operators table), so no
+# category is kept by name.
 FILTER_RULES = prefilter.Rules(
     cats={cat: kept_phase(kind) for cat, kind in CAT_KIND.items()},
-    by_name=next(cat for cat, kind in CAT_KIND.items() if kind == "cpu_op"),
-    prefixes=CPU_OP_PREFIXES,
+    by_name=None,
+    prefixes=(),
 )
 

@@ -41,14 +41,14 @@
 enum {
     KC_START, KC_END, KC_CAT, KC_PID, KC_TID, KC_TS, KC_DUR,
     KC_CORRELATION, KC_DEVICE, KC_STREAM, KC_REGISTERS, KC_SHARED_MEMORY, KC_GRAPH_ID, KC_BYTES, KC_CBID,
-    KC_GRID_X, KC_GRID_Y, KC_GRID_Z, KC_BLOCK_X, KC_BLOCK_Y, KC_BLOCK_Z,
+    KC_GRID_X, KC_GRID_Y, KC_GRID_Z, KC_BLOCK_X, KC_BLOCK_Y, KC_BLOCK_Z, KC_EXTERNAL_ID,
     KC_PRESENT, KC_ODD,
     KC_NFIELDS
 };
 
 static const char LAYOUT[] =
     "start end cat pid tid ts dur correlation device stream registers shared_memory graph_id bytes cbid "
-    "grid_x grid_y grid_z block_x block_y block_z present odd";
+    "grid_x grid_y grid_z block_x block_y block_z external_id present odd";
 
 /* Bits of a row's "odd" mask (kept in sync with native.py's ODD). */
 enum {
@@ -437,7 +437,10 @@ static const uint8_t *read_args(kc_ctx *c, const uint8_t *p, int64_t i, int64_t 
             else if (key_is(key, n, "stream", 6)) field = KC_STREAM;
             break;
         case 8: if (key_is(key, n, "graph id", 8)) field = KC_GRAPH_ID; break;
-        case 11: if (key_is(key, n, "correlation", 11)) field = KC_CORRELATION; break;
+        case 11:
+            if (key_is(key, n, "correlation", 11)) field = KC_CORRELATION;
+            else if (key_is(key, n, "External id", 11)) field = KC_EXTERNAL_ID;
+            break;
         case 13: if (key_is(key, n, "shared memory", 13)) field = KC_SHARED_MEMORY; break;
         case 20: if (key_is(key, n, "registers per thread", 20)) field = KC_REGISTERS; break;
         }
@@ -867,4 +870,32 @@ int kc_sink_join(kc_sink *s, kc_sink *t) {
     s->rows = row0 + t->rows;
     free(t);
     return 1;
+}
+
+/* Nesting of host intervals (the operators table): rows given in preorder per thread
+ * (sorted by thread, then start ascending, end descending), each row's parent is the
+ * nearest earlier row of its thread whose end is at or after its own end (the innermost
+ * interval that contains it; one that only overlaps it is not), found with a stack of
+ * the open rows.  Writes parent (-1 at the top), depth, and site: the nearest
+ * ancestor (not the row itself) with is_site set (-1 when none).  Rows with `skip` set
+ * (a negative duration) are left out: parent and site -1, depth 0, and no row's parent.
+ * Kept in step with operators.py's _nest_python (the fallback without this library). */
+KC_API int kc_nest(int64_t n, const int64_t *thread, const int64_t *end, const uint8_t *is_site,
+                   const uint8_t *skip, int64_t *parent, int32_t *depth, int64_t *site, int64_t *stack) {
+    int64_t top = 0;  /* stack[0 .. top-1]: the open rows of the current thread, outermost first */
+    for (int64_t i = 0; i < n; i++) {
+        if (i > 0 && thread[i] != thread[i - 1]) top = 0;
+        parent[i] = site[i] = -1;
+        depth[i] = 0;
+        if (skip[i]) continue;
+        while (top > 0 && end[stack[top - 1]] < end[i]) top--;
+        if (top > 0) {
+            int64_t p = stack[top - 1];
+            parent[i] = p;
+            depth[i] = depth[p] + 1;
+            site[i] = is_site[p] ? p : site[p];
+        }
+        stack[top++] = i;
+    }
+    return 0;
 }

@@ -14,7 +14,8 @@ PyTorch 1.8-1.9            PyTorch 1.10 onward, ROCm    perfscope table
 ``cat: "Kernel"``          ``kernel``                   ``kernels`` (NCCL ones: ``collectives``)
 ``cat: "Runtime"``         ``cuda_runtime``             ``api``
 (none)                     ``cuda_driver``              ``api``
-``cat: "Operator"``        ``cpu_op``                   ``steps`` (``ProfilerStep#N``), comms
+``cat: "Operator"``        ``cpu_op``                   ``operators``; ``steps``, comms too
+(none)                     ``python_function``          ``operators`` (Python frames)
 ``cat: "Memcpy"``          ``gpu_memcpy``               ``memcpy``
 ``cat: "Memset"``          ``gpu_memset``               ``memset``
 (none)                     ``cuda_sync``                ``sync``
@@ -42,14 +43,15 @@ Decisions:
   ``user_annotation`` only) decides nothing, and the whole text is counted
   (:func:`census`) to decide.  A trace whose prefix holds a category perfscope does not
   know is counted whole too, so that the import can name what it drops; one whose first
-  unknown category comes later is not (its events are dropped without a warning).
+  unknown category comes later is named by the native pre-filter's tally of the
+  categories it dropped (:func:`filtered_counts`; without the filter library, it is not).
 * **The rewrite keeps every value's text.**  :func:`rewrite` decodes events as maps of raw
   JSON spans (:class:`msgspec.Raw`, no value decoded), changes only the spellings above,
   and encodes them again; timestamps and every other value are the original bytes, so the
   importer's exact-nanosecond parsing is unaffected.
 * **Loud refusal.**  :func:`account` sorts a trace's categories into the ones a table is
   built from, the ones known to carry nothing a table keeps (flows, the profiler's own
-  span, Python function events, ...), and the unknown rest, which are dropped and named:
+  span, ...), and the unknown rest, which are dropped and named:
   in a warning when something was recognised, in an :class:`UnrecognisedTraceError`
   (exit 2) when a trace with events gives an empty run.
 """
@@ -58,7 +60,7 @@ from __future__ import annotations
 import re
 import zlib
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -91,10 +93,10 @@ TABLE_CATEGORIES = frozenset(CAT_KIND)
 #: Of those, the ones both spellings share (so they tell nothing of a trace's release).
 SHARED_CATEGORIES = frozenset({"user_annotation"})
 #: Categories known to hold nothing a table keeps: flows (their ids are the correlation
-#: ids the events' args already carry), the profiler's own span, Python-level events,
-#: instants and overhead records.
+#: ids the events' args already carry), the profiler's own span, instants and overhead
+#: records.
 IGNORED_CATEGORIES = frozenset({
-    "ac2g", "async", "fwdbwd", "Trace", "python_function", "Python", "cpu_instant_event",
+    "ac2g", "async", "fwdbwd", "Trace", "Python", "cpu_instant_event",
     "overhead", "Overhead", "Memory", "memory",
 })
 
@@ -313,6 +315,20 @@ class CategoryAccount:
             f"{', '.join(sorted(TABLE_CATEGORIES - {'perfscope_host', 'perfscope_collective', 'perfscope_metric'}))} "
             "(and the PyTorch 1.8-1.9 spellings Kernel, Runtime, Operator, Memcpy, Memset); "
             "if this trace comes from a newer profiler, report its categories as a perfscope issue")
+
+
+def filtered_counts(cats: Sequence[str], chunk_counts: Sequence[Sequence[int]],
+                    dropped: Mapping[str, int] | None) -> Counter[str] | None:
+    """Events per category as the native pre-filter saw them: those it kept, per category of
+    ``cats`` (``Filtered.chunk_counts`` summed), and those it dropped for a category no table
+    reads (``Filtered.dropped``); None unless that tally holds a category :func:`account`
+    calls dropped (unknown to perfscope), so that a trace whose start decided everything
+    (:func:`prepare`) is still warned about a category it first spells further on."""
+    if not dropped or not account(dropped).dropped:
+        return None
+    counts: Counter[str] = Counter({cat: n for cat, n in zip(cats, map(sum, zip(*chunk_counts))) if n})
+    counts.update(dropped)
+    return counts
 
 
 def account(counts: Mapping[str, int]) -> CategoryAccount:

@@ -53,7 +53,7 @@ ENABLED = True
 #: kc_extract's columns, in its order (checked against ``kc_layout()`` when loading).
 FIELDS = ("start", "end", "cat", "pid", "tid", "ts", "dur", "correlation", "device", "stream", "registers",
           "shared_memory", "graph_id", "bytes", "cbid", "grid_x", "grid_y", "grid_z", "block_x", "block_y",
-          "block_z", "present", "odd")
+          "block_z", "external_id", "present", "odd")
 FIELD = {name: i for i, name in enumerate(FIELDS)}
 
 #: Bits of a row's odd mask (``KC_ODD_*``): what sends a text back to msgspec.

@@ -9,12 +9,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from perfscope.store.arrays import from_numpy, str_array
+from perfscope.store.arrays import from_numpy, int_values, str_array
 from perfscope.store.kineto.classify import CPU_OP_PREFIXES
 from perfscope.store.kineto.decode import decode_args_batch
 from perfscope.store.kineto.events import CompleteRawTimesArgs
 from perfscope.store.kineto.links import Launch, collectives_from_kernels, sync_table
 from perfscope.store.kineto.native import CODE, FIELD, Rows
+from perfscope.store.kineto.operators import NULL_KEY, operators_table, preorder
 from perfscope.store.kineto.checks import step_number
 from perfscope.store.kineto.parse import STEP_RE, parse_memcpy_name, parse_memset_kind
 from perfscope.store.kineto.tables import RankTables, rank_tables
@@ -24,16 +25,10 @@ _SPAN_EVENTS = msgspec.json.Decoder(list[CompleteRawTimesArgs], float_hook=str)
 _BASIC_ORDER = ("api", "kernels", "memcpy", "memset", "markers", "steps")
 
 
-def _ints_of(arr: pa.Array) -> np.ndarray:
-    """The values of an Arrow integer array without nulls, as numpy (no copy)."""
-    width = arr.type.bit_width // 8
-    return np.frombuffer(arr.buffers()[1], dtype=f"<i{width}", count=len(arr), offset=arr.offset * width)
-
-
 def _per_name(names: pa.Array, fn: Callable[[str], Any]) -> tuple[list[Any], np.ndarray]:
     """``fn`` of each distinct name of ``names``: (the values, each row's index into them)."""
     encoded = pc.dictionary_encode(names)
-    return [fn(s) for s in encoded.dictionary.to_pylist()], _ints_of(encoded.indices)
+    return [fn(s) for s in encoded.dictionary.to_pylist()], int_values(encoded.indices)
 
 
 def _labels(values: Sequence[str], index: np.ndarray) -> pa.Array:
@@ -262,7 +257,22 @@ class ColumnRankBuilder:
                 rpc = self._events(self._joined(annotations.rows("rpc"), cpu_ops.rows("rpc")))
                 out["collectives"] = collectives_from_kernels(self._events(nccl), rpc, launches,  # type: ignore[arg-type]
                                                               self.base_ns, warnings)
+        ops = self._joined(at["cpu_op"], at["python_function"])
+        if len(ops):
+            out["operators"] = self._operators(ops)
         return rank_tables(out, warnings)
+
+    def _operators(self, ops: np.ndarray) -> dict[str, Any]:
+        """The ``operators`` table (:func:`~.operators.operators_table`) of rows ``ops``
+        (per chunk, cpu_ops then Python frames), put in :func:`~.operators.preorder`."""
+        s = _Selection(self.rows, ops, self.base_ns)
+        start, dur = s.times()
+        keys = [np.where(s.has(f), s.values(f), NULL_KEY) for f in ("pid", "tid")]
+        ops = ops[preorder(start, dur, *keys)]
+        s = _Selection(self.rows, ops, self.base_ns)  # (the columns taken once, in their order)
+        start, dur = s.times()
+        return operators_table(start, dur, s.ints("pid"), s.ints("tid"), s.names(),
+                               self.cat[ops] == CODE["python_function"], s.ints("external_id"))
 
     def _nccl(self, kernels: np.ndarray) -> np.ndarray:
         """The rows of ``kernels`` that are NCCL's."""

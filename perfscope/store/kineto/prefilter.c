@@ -73,12 +73,27 @@ enum {
 #define KF_MAX_SPANS ((size_t)1 << 22)
 #endif
 
+/* The tally of dropped events whose category is text the rules do not name (complete or
+ * counter events: other phases are dropped whatever their category): the first
+ * KF_TALLY_CATS distinct names of at most KF_TALLY_NAME bytes, the rest in `other`. */
+#define KF_TALLY_CATS 16
+#define KF_TALLY_NAME 48
+
+typedef struct {
+    int64_t n;                                  /* names noted */
+    int64_t other;                              /* events of further or longer names */
+    int64_t count[KF_TALLY_CATS];
+    int64_t len[KF_TALLY_CATS];
+    uint8_t name[KF_TALLY_CATS][KF_TALLY_NAME];
+} kf_tally;
+
 typedef struct {
     int64_t events;       /* elements of traceEvents */
     int64_t kept;         /* elements written */
     int64_t out_len;      /* bytes written */
     int64_t error_offset; /* byte offset of the error in the input (-1 when none) */
     int64_t split;        /* 1 when a second thread filtered part of the events */
+    kf_tally dropped;     /* dropped events of categories the rules do not name */
 } kf_result;
 
 typedef struct {
@@ -97,6 +112,7 @@ typedef struct {
     int ncats;
     struct { const uint8_t *ptr; size_t len; } prefixes[KF_MAX_PREFIXES];
     int nprefixes;
+    kf_tally dropped;     /* this job's (see kf_tally) */
 } kf_ctx;
 
 /* 1 for bytes that need no attention inside a string: printable ASCII but '"' and '\\'. */
@@ -367,9 +383,32 @@ static inline int text_is(const kf_field *f, const char *s, size_t n) {
 
 #define KF_DROP (-1)
 
+/* Count n events of the category name[0:len] in t. */
+static void tally_add(kf_tally *t, const uint8_t *name, size_t len, int64_t n) {
+    for (int64_t i = 0; i < t->n; i++)
+        if ((size_t)t->len[i] == len && memcmp(t->name[i], name, len) == 0) {
+            t->count[i] += n;
+            return;
+        }
+    if (t->n == KF_TALLY_CATS || len > KF_TALLY_NAME) {
+        t->other += n;
+        return;
+    }
+    memcpy(t->name[t->n], name, len);
+    t->len[t->n] = (int64_t)len;
+    t->count[t->n++] = n;
+}
+
+/* Add the tally `from` (a second job's) to `to`. */
+static void tally_merge(kf_tally *to, const kf_tally *from) {
+    for (int64_t i = 0; i < from->n; i++)
+        tally_add(to, from->name[i], (size_t)from->len[i], from->count[i]);
+    to->other += from->other;
+}
+
 /* KF_DROP to drop the event, else keep it: the index of its category in the rules, or
  * ncats when the category is not known (see the module comment of prefilter.py). */
-static int decide(const kf_ctx *c, const kf_field *ph, const kf_field *cat, const kf_field *name, int odd_key) {
+static int decide(kf_ctx *c, const kf_field *ph, const kf_field *cat, const kf_field *name, int odd_key) {
     if (odd_key) return c->ncats;  /* an escaped key may spell "ph", "cat" or "name" */
     char phase = 0;
     if (ph->state == F_TEXT) {
@@ -385,7 +424,10 @@ static int decide(const kf_ctx *c, const kf_field *ph, const kf_field *cat, cons
             break;
         }
     }
-    if (hit < 0) return KF_DROP;  /* a category no table reads */
+    if (hit < 0) {  /* a category no table reads */
+        tally_add(&c->dropped, cat->ptr, cat->len, 1);
+        return KF_DROP;
+    }
     if (phase && phase != c->cats[hit].phase) return KF_DROP;
     if (c->cats[hit].by_name && name->state == F_TEXT) {
         for (int i = 0; i < c->nprefixes; i++)
@@ -798,6 +840,7 @@ KF_API int kf_filter(const uint8_t *in, size_t in_len, uint8_t *out, size_t out_
         int64_t first = a.events;
         res->split = 1;
         a.events += b.events;
+        tally_merge(&c->dropped, &b.c.dropped);
         if (b.c.err) {
             c->err = b.c.err;
             c->err_at = b.c.err_at;
@@ -816,6 +859,7 @@ done:
     res->events = a.events;
     res->kept = a.kept;
     res->out_len = (int64_t)a.len;
+    res->dropped = c->dropped;
     if (c->err) res->error_offset = (int64_t)(c->err_at - in);
     return c->err;
 }
@@ -1129,6 +1173,7 @@ static void *stream_main(void *arg) {
         int64_t first = j->events;
         s->res->split = 1;
         j->events += b->events;
+        tally_merge(&c->dropped, &b->c.dropped);
         if (b->c.err) {
             c->err = b->c.err;
             c->err_at = b->c.err_at;
@@ -1168,6 +1213,7 @@ done:
     s->res->events = j->events;
     s->res->kept = j->kept;
     s->res->out_len = (int64_t)j->len;
+    s->res->dropped = c->dropped;
     if (c->err) s->res->error_offset = (int64_t)(c->err_at - in);
     s->code = c->err;
     return NULL;

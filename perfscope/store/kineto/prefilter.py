@@ -1,7 +1,7 @@
 """ctypes binding of the Kineto pre-filter (``prefilter.c``, built as ``_libkineto*.so``).
 
-Most of a Kineto trace is events no perfscope table keeps: ``cpu_op`` ops, flows,
-metadata.  :func:`run` copies a trace's JSON text without them, in one pass of C over the
+Much of a Kineto trace is events no perfscope table keeps: flows, metadata,
+instants.  :func:`run` copies a trace's JSON text without them, in one pass of C over the
 text, so that the importer's msgspec decoders read a third of it.  Everything but the
 ``traceEvents`` array, and every kept event, is copied byte for byte: the decoded result
 is the original's less the dropped events, by construction.
@@ -11,8 +11,9 @@ The rule (``decide()`` in the C source), from the event's own (depth-1) keys onl
 * ``ph`` is text other than ``"X"`` and ``"C"``: dropped (tables keep no other phase);
 * else ``cat`` is text that is not a category of the importer's tables: dropped;
 * else ``ph`` is known and is not the phase that category is kept in: dropped;
-* else ``cat`` is the by-name category (``cpu_op``) and ``name`` is text starting with
-  none of the prefixes: dropped;
+* else ``cat`` is the by-name category, if the rules name one, and ``name`` is text
+  starting with none of the prefixes: dropped (the importer names none: it keeps every
+  ``cpu_op`` for the ``operators`` table);
 * else kept.  A value written with a backslash escape, a repeated key, a missing key or a
   value that is not text is unknown, and an escaped key makes the whole event unknown:
   both keep it unless a known key drops it.
@@ -66,18 +67,37 @@ ERRORS = {
 }
 
 
+#: ``kf_tally``'s size: distinct names noted, and the most bytes of a name.
+TALLY_CATS, TALLY_NAME = 16, 48
+#: The key of :attr:`Filtered.dropped` for events of names past the tally's room.
+TALLY_OTHER = "(other categories)"
+
+
+class _Tally(ctypes.Structure):
+    _fields_ = [("n", ctypes.c_int64), ("other", ctypes.c_int64), ("count", ctypes.c_int64 * TALLY_CATS),
+                ("len", ctypes.c_int64 * TALLY_CATS), ("name", (ctypes.c_uint8 * TALLY_NAME) * TALLY_CATS)]
+
+    def counts(self) -> dict[str, int]:
+        """Events per category name (and :data:`TALLY_OTHER` for the rest)."""
+        out = {bytes(self.name[i][:self.len[i]]).decode("utf-8", "replace"): int(self.count[i]) for i in range(self.n)}
+        if self.other:
+            out[TALLY_OTHER] = int(self.other)
+        return out
+
+
 class _Result(ctypes.Structure):
     _fields_ = [("events", ctypes.c_int64), ("kept", ctypes.c_int64), ("out_len", ctypes.c_int64),
-                ("error_offset", ctypes.c_int64), ("split", ctypes.c_int64)]
+                ("error_offset", ctypes.c_int64), ("split", ctypes.c_int64), ("dropped", _Tally)]
 
 
 class Rules(NamedTuple):
     """What the importer keeps: ``cats`` maps each table category to the phase its events
     are kept in (``"X"`` or ``"C"``); events of ``by_name`` are kept only when their name
-    starts with one of ``prefixes``."""
+    starts with one of ``prefixes`` (None: every category's events are kept whatever their
+    name)."""
 
     cats: dict[str, str]
-    by_name: str
+    by_name: str | None
     prefixes: tuple[str, ...]
 
 
@@ -97,6 +117,9 @@ class Filtered(NamedTuple):
         split: a second thread filtered the second part of the events.
         columns: the ``sink`` a :class:`Stream` filled with each kept event's columns
             (its ``code`` says whether it holds them all), else None.
+        dropped: complete and counter events dropped because the rules name no table for
+            their category (text): events per category name (the first 16 names;
+            :data:`TALLY_OTHER` for the rest); None on error.
     """
 
     text: memoryview | None
@@ -108,6 +131,7 @@ class Filtered(NamedTuple):
     offset: int
     split: bool = False
     columns: Any = None
+    dropped: dict[str, int] | None = None
 
 
 _lib: ctypes.CDLL | None = None
@@ -307,13 +331,13 @@ class Stream:
         flat = self._counts[:-(-res.events // self._chunk_events) * self._width]
         rows = [tuple(flat[i:i + self._width]) for i in range(0, len(flat), self._width)]
         return Filtered(memoryview(buf)[:res.out_len], res.events, res.kept, list(map(sum, rows)), rows, None, -1,
-                        bool(res.split), self._sink)
+                        bool(res.split), self._sink, res.dropped.counts())
 
 
 def _check(rules: Rules, chunk_events: int) -> None:
     """Raise ValueError for rules the library cannot be passed (empty names, a newline in
     one, a phase that is not one letter) or ``chunk_events`` < 1."""
-    names: Iterable[str] = [*rules.cats, rules.by_name, *rules.prefixes]
+    names: Iterable[str] = [*rules.cats, *([rules.by_name] if rules.by_name is not None else []), *rules.prefixes]
     if any(not n or "\n" in n for n in names) or any(len(p) != 1 for p in rules.cats.values()):
         raise ValueError(f"cannot pass these rules to the filter: {rules}")
     if chunk_events < 1:
@@ -322,7 +346,8 @@ def _check(rules: Rules, chunk_events: int) -> None:
 
 def _encode_rules(rules: Rules) -> tuple[bytes, bytes, bytes]:
     cats = b"\n".join(phase.encode() + cat.encode() for cat, phase in rules.cats.items())
-    return cats, rules.by_name.encode(), b"\n".join(p.encode() for p in rules.prefixes)
+    by_name = rules.by_name.encode() if rules.by_name is not None else b""  # (matches no category)
+    return cats, by_name, b"\n".join(p.encode() for p in rules.prefixes)
 
 
 def _threads() -> int:
@@ -392,7 +417,8 @@ def run(data: bytes, rules: Rules, *, chunk_events: int = 16384, threads: int | 
         return Filtered(None, res.events, res.kept, [], [], ERRORS.get(code, str(code)), res.error_offset)
     flat = counts[:-(-res.events // chunk_events) * width]
     rows = [tuple(flat[i:i + width]) for i in range(0, len(flat), width)]
-    return Filtered(text, res.events, res.kept, list(map(sum, rows)), rows, None, -1, bool(res.split))
+    return Filtered(text, res.events, res.kept, list(map(sum, rows)), rows, None, -1, bool(res.split),
+                    dropped=res.dropped.counts())
 
 
 __all__ = ["ENABLED", "ERRORS", "STREAM", "Filtered", "Rules", "Sink", "Stream", "anonymous_map", "available",

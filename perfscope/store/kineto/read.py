@@ -47,7 +47,9 @@ class ReadTrace(NamedTuple):
             filtered trace those of the original's boundaries (see :func:`chunk_sizes`),
             else plain chunks of :data:`~perfscope.store.kineto.decode.CHUNK_EVENTS`.
         counts: events per category of the whole trace when :func:`.formats.prepare`
-            counted them (an old spelling, or an unknown category near the start), else None.
+            counted them (an old spelling, or an unknown category near the start), or as
+            the pre-filter saw them when it dropped an unknown category
+            (:func:`.formats.filtered_counts`), else None.
     """
 
     trace: Trace
@@ -197,7 +199,7 @@ def read_trace(path: Path, *, max_inflate: int | None = None) -> ReadTrace:
     if _is_gzip(data):
         streamed = _read_streamed(data, path, inflate_limit(max_inflate))
         if streamed is not None:
-            return streamed._replace(counts=counts)
+            return streamed if counts is None else streamed._replace(counts=counts)
         data = _gunzip(data, path, max_inflate)
     text_times = needs_text_times(data)
     if prefilter.available():
@@ -212,6 +214,8 @@ def read_trace(path: Path, *, max_inflate: int | None = None) -> ReadTrace:
             del data  # overwritten: only kept.text may be read now
         trace = _decode_kept(kept, path, text_times)
         sizes = chunk_sizes(kept.chunk_counts, list(FILTER_RULES.cats), chunk)
+        if counts is None:
+            counts = formats.filtered_counts(list(FILTER_RULES.cats), kept.chunk_counts, kept.dropped)
         del kept
         if trace is not None:
             return _read_result(trace, text_times, sizes)._replace(counts=counts)
@@ -266,11 +270,13 @@ def _read_streamed(data: bytes, path: Path, limit: int) -> ReadTrace | None:
         return None
     trace = _decode_kept(kept, path, text_times)
     sizes = chunk_sizes(kept.chunk_counts, list(FILTER_RULES.cats), chunk)
+    counts = formats.filtered_counts(list(FILTER_RULES.cats), kept.chunk_counts, kept.dropped)
     del kept
     if trace is None:
         # The filtered text cannot give the answer (see _decode_kept): the original does.
-        return _read_result(decode_trace(_gunzip(data, path, limit), path, text_times=text_times), text_times)
-    return _read_result(trace, text_times, sizes)
+        return _read_result(decode_trace(_gunzip(data, path, limit), path, text_times=text_times),
+                            text_times)._replace(counts=counts)
+    return _read_result(trace, text_times, sizes)._replace(counts=counts)
 
 
 def _inflate_into(stream: prefilter.Stream, data: bytes) -> tuple[bool, bool]:
@@ -318,9 +324,9 @@ def _is_regular_file(path: Path) -> bool:
 # Events are classified a chunk at a time, and a few lists are joined per chunk from two
 # categories, the first's events then the second's: api rows (CUDA runtime, then driver
 # calls), markers (host, then GPU annotations), steps and record_param_comms ops (from
-# user annotations, then from cpu ops).
+# user annotations, then from cpu ops), operators (cpu ops, then Python frames).
 JOINED_PER_CHUNK = (("cuda_runtime", "cuda_driver"), ("user_annotation", "gpu_user_annotation"),
-                     ("user_annotation", "cpu_op"))
+                     ("user_annotation", "cpu_op"), ("cpu_op", "python_function"))
 
 
 def chunk_sizes(counts: Sequence[Sequence[int]], cats: Sequence[str], limit: int) -> list[int]:

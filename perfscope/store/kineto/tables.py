@@ -300,6 +300,19 @@ def _metrics_table(metrics: list[Event], base_ns: int, device_map: dict[Any, Any
     }
 
 
+def operator_columns(ops: list[Event], base_ns: int, pid_map: dict[Any, Any] | None) -> dict[str, Any]:
+    """One chunk's columns for :func:`~.operators.operators_table` (its arguments by
+    name), from its operator and frame events (args decoded)."""
+    start, dur = event_times(ops, base_ns)
+    return {
+        "start": start, "dur": dur,
+        "pid": int_col(mapped_pids(ops, pid_map)), "tid": int_col([e.tid for e in ops]),
+        "names": str_array([e.name for e in ops]),
+        "is_frame": np.array([e.cat == "python_function" for e in ops], dtype=bool),
+        "external_id": int_col([arg_of(e, "external_id") for e in ops]),
+    }
+
+
 def rank_tables(out: dict[str, dict[str, Any]], warnings: list[str]) -> RankTables:
     """Wrap built tables with the facts the rank's metadata needs."""
     host_pids = out["api"]["pid"] if "api" in out else (out["markers"]["pid"] if "markers" in out else None)
@@ -308,7 +321,9 @@ def rank_tables(out: dict[str, dict[str, Any]], warnings: list[str]) -> RankTabl
         vc = host_pids.drop_null().value_counts()
         counts = vc.field("counts").to_pylist()  # few; to_numpy() would import pandas
         host_pid = int(vc.field("values")[counts.index(max(counts))].as_py())
-    spans = [(t["start_ns"], t["dur_ns"]) for name, t in out.items() if name != "metrics"]
+    # (operators left out: a run's span is that of its GPU and API activity, as before the
+    # table existed)
+    spans = [(t["start_ns"], t["dur_ns"]) for name, t in out.items() if name not in ("metrics", "operators")]
     started = min((int(s.min()) for s, _ in spans if len(s)), default=None)
     stopped = max((int((s + d).max()) for s, d in spans if len(s)), default=None)
     # Distinct values first: a Python int per kernel costs ~0.2 ms on 4k kernels.
