@@ -23,7 +23,7 @@ from dash import ALL, Input, Output, State, ctx, html
 from werkzeug.exceptions import BadRequest
 
 from perfscope.analyzers.timeline import timeline_events
-from perfscope.dashboards import figures, layout, rank_views, tables
+from perfscope.dashboards import figures, layout, operator_views, rank_views, tables
 from perfscope.dashboards.data import DashboardData, RunData, strict_int
 from perfscope.errors import UsageError
 
@@ -88,6 +88,8 @@ def render_tab(data: DashboardData, tab: str, run: Any, selection: dict[str, Any
         return rank_views.collectives(rd)
     if tab == "kernels":
         return layout.kernels(rd)
+    if tab == "operators":
+        return operator_views.operators(rd)
     return layout.overview(rd, include)
 
 
@@ -313,6 +315,13 @@ def _rank_filter(rd: RunData, rank: Any) -> int | str:
     return "all" if rank in (None, "", "all") else rd.rank(rank)
 
 
+def operator_table(data: DashboardData, run: Any, rank: Any) -> tuple[Any, ...]:
+    """The Operators tab for the rank filter (``all`` or a rank): figure, operator rows and
+    tooltips, call-site rows and tooltips."""
+    rd = data.get(run)
+    return operator_views.operator_update(rd, _rank_filter(rd, rank))
+
+
 def compare_update(data: DashboardData, a: Any, b: Any, warmup: Any = None) -> list[Any]:
     """Compare body for base run ``a`` and new run ``b`` (warm-up steps as the checklist says)."""
     return layout.compare_body(data, a, b, include_warmup(warmup))
@@ -397,6 +406,14 @@ def register(app: dash.Dash, data: DashboardData) -> None:
             return dash.no_update, dash.no_update
         return _checked(collective_table, data, run, rank)
 
+    @app.callback(Output("op-graph", "figure"), Output("op-table", "data"), Output("op-table", "tooltip_data"),
+                  Output("op-sites", "data"), Output("op-sites", "tooltip_data"), Input("op-rank", "value"),
+                  State("run", "value"), prevent_initial_call=True)
+    def _operators(rank: Any, run: Any) -> Any:
+        if ctx.triggered_id is None:
+            return (dash.no_update,) * 5
+        return _checked(operator_table, data, run, rank)
+
     @app.callback(Output("cmp-body", "children"), Input("cmp-a", "value"), Input("cmp-b", "value"),
                   State("warmup", "value"), prevent_initial_call=True)
     def _compare(a: Any, b: Any, warmup: Any) -> Any:
@@ -406,4 +423,4 @@ def register(app: dash.Dash, data: DashboardData) -> None:
 
 
 __all__ = ["render_tab", "url_state", "state_url", "sync_state", "include_warmup", "pick", "timeline_figure", "timeline_update", "zoom_window", "kernel_table",
-           "collective_table", "compare_update", "register"]
+           "collective_table", "operator_table", "compare_update", "register"]

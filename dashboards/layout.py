@@ -20,7 +20,7 @@ from perfscope.reports.style import fmt_ms as _fmt_ms
 
 TABS: tuple[tuple[str, str], ...] = (
     ("overview", "Overview"), ("ranks", "Ranks"), ("timeline", "Timeline"),
-    ("collectives", "Collectives"), ("kernels", "Kernels"), ("compare", "Compare"),
+    ("collectives", "Collectives"), ("kernels", "Kernels"), ("operators", "Operators"), ("compare", "Compare"),
 )
 GRAPH_CONFIG: dict[str, Any] = {"displaylogo": False, "responsive": True}
 _CARD = {"border": "1px solid #ddd", "borderRadius": "6px", "padding": "10px 14px", "margin": "8px 0"}

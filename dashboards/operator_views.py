@@ -130,10 +130,13 @@ def operators(rd: RunData) -> html.Div:
                              filter_action="native", page_action="native", page_size=20,
                              tooltip_data=tables.name_tooltips(rows), **TABLE_STYLE),
         html.H4("Call sites behind the operator time"),
-        html.Span(table_note(len(sites), n_sites, "call sites"), id="op-note"),
-        dash_table.DataTable(id="op-sites", columns=SITE_COLUMNS, data=sites, sort_action="native",
-                             filter_action="native", page_action="native", page_size=20,
-                             tooltip_data=tables.name_tooltips(sites, "call_site"), **TABLE_STYLE),
+        html.Span(table_note(len(sites), n_sites, "call sites") if n_sites else
+                  "No call sites: the trace holds no Python stacks (torch.profiler records them with "
+                  "with_stack=True).", id="op-note"),
+        html.Div(dash_table.DataTable(id="op-sites", columns=SITE_COLUMNS, data=sites, sort_action="native",
+                                      filter_action="native", page_action="native", page_size=20,
+                                      tooltip_data=tables.name_tooltips(sites, "call_site"), **TABLE_STYLE),
+                 style={} if n_sites else {"display": "none"}),
     ])
 
 

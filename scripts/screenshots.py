@@ -1,7 +1,9 @@
 """Take the README's dashboard screenshots: every tab of one H200 run, in headless Chromium.
 
 Serves ``tests/data/h200/straggler.perfscope`` (4 ranks; rank 2 sleeps 30 ms per step) with
-``comm_heavy.perfscope`` beside it for the Compare tab, opens each tab through its URL
+``comm_heavy.perfscope`` beside it for the Compare tab, and for the Operators tab a two-rank
+torch.profiler trace imported from ``tests/data/kineto`` (perfscope's recorder keeps no CPU
+operators; the H200 run's Operators tab only says so), opens each tab through its URL
 (the dashboard keeps its state in the query string), waits until its figures are drawn and
 writes ``docs/images/dashboard-<tab>.png``, downscaled to ``--width`` pixels and palette-
 quantised so each file stays well under 1 MB (Pillow does that part; without it the
@@ -15,6 +17,7 @@ import argparse
 import logging
 import os
 import shutil
+import tempfile
 import threading
 from pathlib import Path
 from typing import Any
@@ -29,6 +32,7 @@ TABS: dict[str, tuple[str, str]] = {
     "timeline": ("?run=0&tab=timeline&rank=2&step=4", "rank 2, step 4"),
     "collectives": ("?run=0&tab=collectives", "Bus bandwidth against message size"),
     "kernels": ("?run=0&tab=kernels", "kernel rows"),
+    "operators": ("?run=2&tab=operators", "Top operators by self host time"),
     "compare": ("?run=0&tab=compare", "Median time per step by bucket"),
 }
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -54,10 +58,16 @@ def take(out: Path, chromium: str, width: int, tabs: list[str]) -> list[Path]:
     from playwright.sync_api import sync_playwright
     from werkzeug.serving import make_server
 
+    from perfscope.cli.main import main
     from perfscope.dashboards.app import create_app
 
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    app = create_app([str(H200 / r) for r in RUNS])
+    ddp = Path(tempfile.mkdtemp(prefix="perfscope-shots-")) / "ddp_kineto"
+    kineto = REPO / "tests" / "data" / "kineto"
+    if main(["import", "kineto", str(kineto / "ddp_rank0.json.gz"), str(kineto / "ddp_rank1.json.gz"),
+             "-o", str(ddp)]) != 0:
+        raise SystemExit("importing tests/data/kineto/ddp_rank*.json.gz failed")
+    app = create_app([*(str(H200 / r) for r in RUNS), str(ddp)])
     server = make_server("127.0.0.1", 0, app.server, threaded=True)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     url = f"http://127.0.0.1:{server.server_port}/"

@@ -1,6 +1,7 @@
 """The dashboard's issue-#18 views in a real headless Chromium, on the runs perfscope
 recorded on the H200 (tests/data/h200): ``straggler`` (4 ranks; rank 2 sleeps 30 ms per
-step), ``comm_heavy`` (2 ranks) and ``profile`` (one rank; step 0 is a 201 ms warm-up).
+step), ``comm_heavy`` (2 ranks) and ``profile`` (one rank; step 0 is a 201 ms warm-up), beside a
+two-rank torch.profiler trace imported from tests/data/kineto (it holds CPU operators).
 
 GIVEN the dashboard serving those runs
 WHEN Chromium opens its views by URL, clicks, zooms and reloads
@@ -29,10 +30,16 @@ TIMEOUT_MS = 20_000
 
 
 @pytest.fixture(scope="module")
-def url() -> Iterator[str]:
+def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    from perfscope.cli.main import main
     from perfscope.dashboards.app import create_app
 
-    app = create_app([str(H200 / f"{name}.perfscope") for name in RUNS])
+    # run 3: a two-rank torch.profiler trace, imported: it holds CPU operators
+    ddp = tmp_path_factory.mktemp("kineto") / "ddp"
+    kineto = H200.parent / "kineto"
+    assert main(["import", "kineto", str(kineto / "ddp_rank0.json.gz"), str(kineto / "ddp_rank1.json.gz"),
+                 "-o", str(ddp)]) == 0
+    app = create_app([*(str(H200 / f"{name}.perfscope") for name in RUNS), str(ddp)])
     with serving(app) as base:
         yield base
 
@@ -146,6 +153,25 @@ def test_empty_tabs_say_why(url: str, page: Any) -> None:
     assert "single-rank trace" in reason.inner_text() and "no other rank" in reason.inner_text()
     page.click("#tab-ranks")
     assert "One rank only" in page.locator("#empty-ranks").inner_text()
+    page.click("#tab-operators")
+    assert "No operators" in page.locator("#empty-operators").inner_text()
+
+
+def test_the_operators_tab_ranks_operators_by_self_host_time(url: str, page: Any) -> None:
+    page.goto(url + "?run=3&tab=operators")
+    page.locator("#op-table td[data-dash-column=name]").first.wait_for()
+    names = page.locator("#op-table td[data-dash-column=name]").all_text_contents()
+    self_ms = [float(x.replace(",", "")) for x in page.locator("#op-table td[data-dash-column=self_ms]").all_text_contents()]
+    assert names and self_ms == sorted(self_ms, reverse=True)
+    bars = page.evaluate("() => Array.from(document.querySelector('#op-graph .js-plotly-plot')._fullData[0].y)")
+    assert bars[-1].strip() == names[0][:50].strip()  # the largest drawn on top
+    # one rank only: the table follows the filter
+    page.click("#op-rank")
+    page.get_by_role("option", name="rank 1").click()
+    page.wait_for_function("n => document.querySelectorAll('#op-table td[data-dash-column=name]').length > 0"
+                           " && Array.from(document.querySelectorAll('#op-table td[data-dash-column=self_ms]'))"
+                           ".map(td => td.textContent).join() !== n", arg=",".join(
+                               page.locator("#op-table td[data-dash-column=self_ms]").all_text_contents()))
 
 
 def test_the_warmup_toggle_changes_the_overview_numbers(url: str, page: Any) -> None:
