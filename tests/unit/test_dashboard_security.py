@@ -260,8 +260,8 @@ def test_a_forged_rank_is_refused_by_the_tables_and_the_timeline(runs: list[str]
                       f"{table}-rank.value")
         assert r.status_code == 400, (table, rank, r.data[:200])
     r = _callback(client, "tl-graph.figure", [("tl-rank", "value", rank), ("tl-step", "value", 1),
-                                              ("tl-graph", "relayoutData", None)], [("run", "value", 0)],
-                  "tl-rank.value")
+                                              ("tl-graph", "relayoutData", None)],
+                  [("run", "value", 0), ("selection", "data", None)], "tl-rank.value")
     assert r.status_code == 400, (rank, r.data[:200])
 
 
@@ -270,7 +270,7 @@ def test_a_forged_step_is_refused_by_the_timeline(runs: list[str]) -> None:
     for step in (True, 1.5, " 2 "):
         r = _callback(client, "tl-graph.figure", [("tl-rank", "value", 0), ("tl-step", "value", step),
                                                   ("tl-graph", "relayoutData", {"xaxis.autorange": True})],
-                      [("run", "value", 0)], "tl-graph.relayoutData")
+                      [("run", "value", 0), ("selection", "data", None)], "tl-graph.relayoutData")
         assert r.status_code == 400, (step, r.data[:200])
 
 
@@ -291,7 +291,8 @@ def test_forged_clicks_change_nothing(runs: list[str]) -> None:
 
     data = DashboardData(runs, analyze=analysis_for)
     for graph, point in (("steps", {"x": 1.9}), ("steps", {"customdata": True}), ("heat-wall", {"x": 1, "y": "rank 1.0"}),
-                         ("stragglers", {"y": "rank  1"}), ("ranks", {"customdata": "1 "})):
+                         ("stragglers", {"y": "rank  1"}), ("ranks", {"customdata": "1 "}),
+                         ("heat-waited", {"x": "1", "y": "rank 1.0"}), ("overlap", {"customdata": [True, 50.0]})):
         assert callbacks.pick(data, 0, graph, {"points": [point]}, None) is None, (graph, point)
     assert callbacks.pick(data, 0, "steps", {"points": "x"}, None) is None
     sel = callbacks.layout.default_selection(data.get(0))
