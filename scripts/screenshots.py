@@ -55,19 +55,28 @@ def shrink(path: Path, width: int) -> None:
 
 def take(out: Path, chromium: str, width: int, tabs: list[str]) -> list[Path]:
     """Serve the runs, screenshot each tab in ``tabs``; returns the files written."""
-    from playwright.sync_api import sync_playwright
-    from werkzeug.serving import make_server
-
     from perfscope.cli.main import main
     from perfscope.dashboards.app import create_app
 
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    ddp = Path(tempfile.mkdtemp(prefix="perfscope-shots-")) / "ddp_kineto"
-    kineto = REPO / "tests" / "data" / "kineto"
-    if main(["import", "kineto", str(kineto / "ddp_rank0.json.gz"), str(kineto / "ddp_rank1.json.gz"),
-             "-o", str(ddp)]) != 0:
-        raise SystemExit("importing tests/data/kineto/ddp_rank*.json.gz failed")
-    app = create_app([*(str(H200 / r) for r in RUNS), str(ddp)])
+    tmp = Path(tempfile.mkdtemp(prefix="perfscope-shots-"))
+    try:
+        ddp = tmp / "ddp_kineto"
+        kineto = REPO / "tests" / "data" / "kineto"
+        if main(["import", "kineto", str(kineto / "ddp_rank0.json.gz"), str(kineto / "ddp_rank1.json.gz"),
+                 "-o", str(ddp)]) != 0:
+            raise SystemExit("importing tests/data/kineto/ddp_rank*.json.gz failed")
+        app = create_app([*(str(H200 / r) for r in RUNS), str(ddp)])
+        return _shoot(app, out, chromium, width, tabs)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _shoot(app: Any, out: Path, chromium: str, width: int, tabs: list[str]) -> list[Path]:
+    """Serve ``app`` and write the screenshots of ``tabs``; returns the files written."""
+    from playwright.sync_api import sync_playwright
+    from werkzeug.serving import make_server
+
     server = make_server("127.0.0.1", 0, app.server, threaded=True)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     url = f"http://127.0.0.1:{server.server_port}/"
