@@ -134,7 +134,8 @@ def state_url(run: Any, tab: Any, selection: Any, warmup: Any) -> str:
     """The URL query of a view (the inverse of :func:`url_state`; values as the page holds
     them, written as text only)."""
     q: dict[str, Any] = {"run": run if isinstance(run, int) else 0, "tab": tab if tab in _TAB_IDS else "overview"}
-    if isinstance(selection, dict) and selection.get("rank") is not None and selection.get("step") is not None:
+    if (isinstance(selection, dict) and selection.get("run") == q["run"] and selection.get("rank") is not None
+            and selection.get("step") is not None):  # a selection of the run shown, not of the one before
         q["rank"], q["step"] = selection["rank"], selection["step"]
         zoom = _zoom(selection.get("zoom"))
         if zoom is not None:

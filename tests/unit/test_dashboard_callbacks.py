@@ -200,6 +200,8 @@ def test_the_url_names_run_tab_rank_step_zoom_and_warm_up(data: DashboardData) -
     assert back == "?run=1&tab=timeline&rank=1&step=12&zoom=2.5000%2C4.0000&warmup=1"
     assert callbacks.url_state(data, back) == st
     assert callbacks.state_url(0, "overview", None, []) == "?run=0&tab=overview"
+    # another run picked: the old run's step does not follow it into the URL
+    assert callbacks.state_url(0, "timeline", st["selection"], []) == "?run=0&tab=timeline"
 
 
 @pytest.mark.parametrize("search", ["", "?", "?run=9", "?run=true&tab=evil", "?tab=<script>", "?rank=1&step=99",
