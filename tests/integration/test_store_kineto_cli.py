@@ -86,7 +86,7 @@ def test_import_two_ranks_then_info_json(tmp_path: Path, capsys: pytest.CaptureF
     assert doc["ranks"][1]["gpu"]["name"] == "NVIDIA H100 80GB HBM3" and doc["ranks"][1]["gpu"]["index"] == 1
     assert doc["ranks"][0]["pid"] == 41230
     assert doc["tables"] == {**{name: 0 for name in doc["tables"]}, "kernels": 152, "memcpy": 12, "memset": 6, "sync": 18,
-                             "api": 188, "markers": 38, "steps": 6, "collectives": 14}
+                             "api": 188, "markers": 38, "steps": 6, "collectives": 14, "operators": 176}
 
 
 def test_fixture_contents(ddp_run: Path) -> None:
