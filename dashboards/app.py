@@ -5,6 +5,12 @@ whose ``Host`` header is not one the server answers to (DNS rebinding: a page of
 ``evil.example`` whose name now resolves to 127.0.0.1 would otherwise read the traces),
 and adds the security headers, the Content-Security-Policy and a ``Server`` header
 without versions.
+
+Transfer: Dash serves its JavaScript (plotly.js is about 4.8 MB of it) from the installed
+packages; :func:`serve_compact` compresses every text answer (brotli or gzip, through
+flask-compress when it is installed), keeps the compressed JavaScript in memory, and lets
+the browser keep the fingerprinted bundles for a year (their URL changes with the version)
+while it revalidates the few unversioned ones (plotly.js, Dash's lazy chunks) by ETag.
 """
 from __future__ import annotations
 
@@ -139,6 +145,61 @@ class _Guard:
         return self.app(environ, respond)
 
 
+# Dash's fingerprinted bundles (``name.v4_4_1m1796293616.js``): the URL names the version.
+_ASSETS = "/_dash-component-suites/"
+IMMUTABLE = "public, max-age=31536000, immutable"
+REVALIDATE = "no-cache"
+
+
+class _AssetCache:
+    """flask-compress's cache: the compressed bytes of Dash's JavaScript files, by algorithm
+    and path (a fixed, small set of files, so the dict stays bounded).  Every other answer
+    (layouts, callbacks) gets an empty key from :func:`_asset_key` and is never stored."""
+
+    def __init__(self) -> None:
+        self._store: dict[str, bytes] = {}
+
+    def get(self, key: str) -> bytes | None:
+        return self._store.get(key)
+
+    def set(self, key: str, value: bytes) -> None:
+        if not key.endswith(";"):
+            self._store[key] = value
+
+
+def _asset_key(request: Any) -> str:
+    return str(request.path) if str(request.path).startswith(_ASSETS) else ""
+
+
+def serve_compact(server: Any) -> bool:
+    """Compress ``server``'s (the Flask app's) text answers and set cache lifetimes.
+
+    Returns:
+        True when answers are compressed (flask-compress is installed; it is in the
+        ``dashboard`` extra), False when only the cache headers are set.
+    """
+    @server.after_request
+    def _cache_headers(response: Any) -> Any:
+        from flask import request
+
+        if request.path.startswith(_ASSETS) and response.status_code in (200, 304):
+            fingerprinted = response.cache_control.max_age is not None  # Dash sets it for them only
+            response.headers["Cache-Control"] = IMMUTABLE if fingerprinted else REVALIDATE
+        return response
+
+    try:
+        from flask_compress import Compress
+    except ImportError:
+        return False
+    server.config.update(COMPRESS_ALGORITHM=["br", "gzip"], COMPRESS_LEVEL=6, COMPRESS_BR_LEVEL=5,
+                         COMPRESS_MIN_SIZE=500, COMPRESS_CACHE_BACKEND=_AssetCache, COMPRESS_CACHE_KEY=_asset_key,
+                         COMPRESS_MIMETYPES=["text/html", "text/css", "text/plain", "application/javascript",
+                                             "text/javascript", "application/json", "image/svg+xml",
+                                             "image/x-icon", "image/vnd.microsoft.icon"])
+    Compress(server)
+    return True
+
+
 def request_handler() -> type:
     """Return werkzeug's request handler class without its version banner (werkzeug adds
     ``Server: Werkzeug/x Python/y`` to the answers it writes itself, such as a 400 for a
@@ -186,6 +247,7 @@ def create_app(run_paths: Sequence[str | os.PathLike[str]], analyze: Analyze | N
     )
     app.layout = lambda: layout.page(data)
     callbacks.register(app, data)
+    serve_compact(app.server)
     app.server.config["perfscope_data"] = data
     headers = {**_SECURITY_HEADERS, "Content-Security-Policy": _CSP.format(hashes=" ".join(app.csp_hashes()))}
     extra = frozenset(_bare(n) for n in allow_hosts)
@@ -194,4 +256,4 @@ def create_app(run_paths: Sequence[str | os.PathLike[str]], analyze: Analyze | N
     return app
 
 
-__all__ = ["create_app", "request_handler", "allowed_hosts", "split_host", "LOOPBACK_NAMES", "SERVER_NAME"]
+__all__ = ["create_app", "serve_compact", "request_handler", "allowed_hosts", "split_host", "LOOPBACK_NAMES", "SERVER_NAME"]

@@ -11,7 +11,8 @@ import os
 import re
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -19,6 +20,8 @@ import pandas as pd
 
 from perfscope import open_run
 from perfscope.analyzers.compare import Comparison, compare_runs
+from perfscope.analyzers.counters import counter_summary
+from perfscope.analyzers.distributed import warmup_steps, without_steps
 from perfscope.analyzers.result import Analysis
 from perfscope.analyzers.sources import RunLike, WindowSource
 from perfscope.errors import UsageError
@@ -89,8 +92,29 @@ class RunData:
 
     @property
     def steps(self) -> pd.DataFrame:
-        """``Analysis.steps`` (one row per rank and step)."""
+        """``Analysis.steps`` (one row per rank and step), warm-up steps included."""
         return self.analysis.steps
+
+    @cached_property
+    def warmup(self) -> tuple[int, ...]:
+        """The run's warm-up steps (:func:`perfscope.analyzers.distributed.warmup_steps`)."""
+        return tuple(warmup_steps(self.steps))
+
+    @cached_property
+    def gpu_counters(self) -> pd.DataFrame:
+        """The run's GPU counter samples summarised per rank and counter
+        (:func:`perfscope.analyzers.counters.counter_summary`; read once, for the Overview
+        and the Timeline's counter tracks)."""
+        return counter_summary(self.run)
+
+    def summary_steps(self, include_warmup: bool = False) -> pd.DataFrame:
+        """The steps that summaries use: without the warm-up steps unless ``include_warmup``."""
+        return self.steps if include_warmup else without_steps(self.steps, self.warmup)
+
+    def summary_analysis(self, include_warmup: bool = False) -> Analysis:
+        """``analysis`` with :meth:`summary_steps` as its steps (for comparisons)."""
+        return self.analysis if include_warmup or not self.warmup else replace(
+            self.analysis, steps=self.summary_steps(False))
 
     def rank(self, value: Any) -> int:
         """Validate a rank sent by the browser (see :func:`strict_int`); returns it as int.
@@ -148,7 +172,7 @@ class DashboardData:
         self.labels = [_label(Path(r.path), taken) for r in self._runs]
         self._loaded: dict[int, RunData] = {}
         self._locks = [threading.Lock() for _ in self._runs]
-        self._comparisons: dict[tuple[int, int], Comparison] = {}
+        self._comparisons: dict[tuple[int, int, bool], Comparison] = {}
         self._compare_lock = threading.Lock()
 
     def __len__(self) -> int:
@@ -180,16 +204,18 @@ class DashboardData:
                 self._loaded[i] = loaded
         return loaded
 
-    def comparison(self, base: Any, new: Any) -> Comparison:
-        """``perfscope.analyzers.compare.compare_runs`` of two served runs (cached)."""
+    def comparison(self, base: Any, new: Any, include_warmup: bool = False) -> Comparison:
+        """``perfscope.analyzers.compare.compare_runs`` of two served runs (cached), on
+        their steady steps unless ``include_warmup``."""
         a, b = self.index(base), self.index(new)
-        key = (a, b)
+        key = (a, b, bool(include_warmup))
         if key not in self._comparisons:
             ra, rb = self.get(a), self.get(b)
             with self._compare_lock:
                 if key not in self._comparisons:
-                    self._comparisons[key] = compare_runs(ra.analysis, rb.analysis, base_label=ra.label,
-                                                          new_label=rb.label, top=20)
+                    self._comparisons[key] = compare_runs(ra.summary_analysis(include_warmup),
+                                                          rb.summary_analysis(include_warmup),
+                                                          base_label=ra.label, new_label=rb.label, top=20)
         return self._comparisons[key]
 
 

@@ -11,13 +11,24 @@ Plotly renders a small HTML subset in tick labels and hover text, so such names 
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
 from perfscope.analyzers.result import BUCKETS
 # One colour and label per bucket, the same as the HTML reports' (perfscope.reports.style).
-from perfscope.reports.style import BUCKET_COLORS, BUCKET_LABELS, escape_html
+from perfscope.reports.style import (
+    BASE_COLOR,
+    BUCKET_COLORS,
+    BUCKET_LABELS,
+    NEW_COLOR,
+    TIME_COLORSCALE,
+    WAIT_COLORSCALE,
+    escape_html,
+    fmt_change,
+)
 
 _NS_PER_MS = 1e6
 _TEMPLATE = "plotly_white"
@@ -34,6 +45,8 @@ def _ms(ns: pd.Series | np.ndarray) -> np.ndarray:
 
 def _base_layout(fig: go.Figure, title: str, **kw: object) -> go.Figure:
     kw.setdefault("margin", _MARGIN)
+    # Trace names in hover labels are cut (long names go through style.hover_text).
+    kw.setdefault("hoverlabel", dict(namelength=40, align="left"))
     fig.update_layout(title=dict(text=title, x=0.01), template=_TEMPLATE, **kw)
     return fig
 
@@ -52,12 +65,14 @@ def _bucket_frame(steps: pd.DataFrame) -> list[str]:
     return [b for b in BUCKETS if f"{b}_ns" in steps.columns]
 
 
-def bucket_bars_by_step(steps: pd.DataFrame, rank: int | None = None) -> go.Figure:
+def bucket_bars_by_step(steps: pd.DataFrame, rank: int | None = None, warmup: Sequence[int] = ()) -> go.Figure:
     """Stacked bars of the six buckets per step.
 
     Args:
         steps: ``Analysis.steps`` (``rank``, ``step``, ``*_ns`` bucket columns).
         rank: one rank, or None for the mean over ranks of each step.
+        warmup: warm-up step numbers: where ``steps`` still holds them, their bars are
+            hatched and the title names them.
 
     Returns:
         one ``go.Bar`` per bucket, x = step, y = milliseconds; ``customdata`` holds the step
@@ -70,14 +85,19 @@ def bucket_bars_by_step(steps: pd.DataFrame, rank: int | None = None) -> go.Figu
     per_step = df.groupby("step", sort=True)[[f"{b}_ns" for b in buckets]].mean()
     fig = go.Figure()
     x = per_step.index.to_numpy()
+    warm = np.isin(x, list(warmup))
+    pattern = dict(shape=np.where(warm, "/", "").tolist(), fgcolor="white") if warm.any() else None
     for b in buckets:
         fig.add_trace(go.Bar(
             name=BUCKET_LABELS[b], x=x, y=_ms(per_step[f"{b}_ns"]), marker_color=BUCKET_COLORS[b],
-            customdata=x, hovertemplate=f"step %{{x}}<br>{BUCKET_LABELS[b]}: %{{y:.3f}} ms<extra></extra>",
+            marker_pattern=pattern, customdata=x,
+            hovertemplate=f"step %{{x}}<br>{BUCKET_LABELS[b]}: %{{y:.2f}} ms<extra></extra>",
         ))
     who = "mean over ranks" if rank is None else f"rank {rank}"
+    shown = [int(w) for w in x[warm]]
+    note = f"; warm-up step{'s' if len(shown) > 1 else ''} {', '.join(map(str, shown))} hatched" if shown else ""
     return _base_layout(
-        fig, f"Where each step's time went ({who})", barmode="stack", height=360,
+        fig, f"Where each step's time went ({who}{note})", barmode="stack", height=360,
         xaxis_title="step", yaxis_title="ms", legend_title_text="bucket", xaxis_type="category",
     )
 
@@ -99,7 +119,7 @@ def bucket_bars_by_rank(steps: pd.DataFrame) -> go.Figure:
     for b in buckets:
         fig.add_trace(go.Bar(
             name=BUCKET_LABELS[b], x=labels, y=_ms(per_rank[f"{b}_ns"]), marker_color=BUCKET_COLORS[b],
-            customdata=ranks, hovertemplate=f"%{{x}}<br>{BUCKET_LABELS[b]}: %{{y:.3f}} ms/step<extra></extra>",
+            customdata=ranks, hovertemplate=f"%{{x}}<br>{BUCKET_LABELS[b]}: %{{y:.2f}} ms per step<extra></extra>",
         ))
     return _base_layout(
         fig, "Mean step breakdown per rank", barmode="stack", height=360,
@@ -107,69 +127,61 @@ def bucket_bars_by_rank(steps: pd.DataFrame) -> go.Figure:
     )
 
 
-def rank_step_heatmap(steps: pd.DataFrame, value: str = "wall_ns", title: str | None = None) -> go.Figure:
+def rank_step_heatmap(steps: pd.DataFrame, value: str = "wall_ns", title: str | None = None,
+                      warmup: Sequence[int] = ()) -> go.Figure:
     """A rank x step heatmap of one ``Analysis.steps`` column (milliseconds).
 
     Args:
         steps: ``Analysis.steps``.
         value: the column to show, e.g. ``wall_ns`` or ``sync_ns``.
         title: figure title (default: derived from ``value``).
+        warmup: warm-up step numbers: their columns are labelled and left out of the colour
+            range, so a 200 ms first step does not wash out the differences between ranks.
 
     Returns:
-        one ``go.Heatmap``: x = step, y = rank, z = ms (gaps where a rank lacks a step).
+        one ``go.Heatmap``: x = step, y = rank, z = ms (gaps where a rank lacks a step);
+        darker is longer.
     """
     if steps.empty or value not in steps.columns:
         return empty_figure(f"no {value} per step in this run")
     grid = steps.pivot_table(index="rank", columns="step", values=value, aggfunc="mean").sort_index()
     z = grid.to_numpy(dtype="float64") / _NS_PER_MS
+    warm = np.isin(grid.columns.to_numpy(), list(warmup))
+    if value == "wall_ns":
+        # Step time: the colour range spans min..max of the steady steps so a straggler stands out.
+        steady = z[:, ~warm] if (~warm).any() else z
+        finite = np.isfinite(steady).any()
+        zmin = float(np.nanmin(steady)) if warm.any() and finite else None
+        zmax = float(np.nanmax(steady)) if warm.any() and finite else None
+    else:
+        # Waits run from 0 to at least a tenth of the median step, so microseconds of wait
+        # stay light instead of being stretched over the whole colour scale.
+        zmin, zmax = 0.0, _wait_zmax(z, steps)
     fig = go.Figure(go.Heatmap(
         z=z, x=[str(s) for s in grid.columns], y=[f"rank {r}" for r in grid.index],
-        colorscale="Viridis", colorbar=dict(title="ms"), xgap=1, ygap=1,
-        # Step time: the colour range spans min..max so a straggler stands out.  Other columns
-        # (waits) run from 0 to at least a tenth of the median step, so microseconds of wait
-        # stay dark instead of being stretched over the whole colour scale.
-        zmin=None if value == "wall_ns" else 0.0,
-        zmax=None if value == "wall_ns" else _wait_zmax(z, steps),
-        hovertemplate="%{y}, step %{x}: %{z:.3f} ms<extra></extra>",
+        colorscale=TIME_COLORSCALE if value == "wall_ns" else WAIT_COLORSCALE, colorbar=dict(title="ms"),
+        xgap=1, ygap=1, zmin=zmin, zmax=zmax, hovertemplate="%{y}, step %{x}: %{z:.2f} ms<extra></extra>",
     ))
     name = title or {"wall_ns": "Step time per rank", "sync_ns": "Sync / wait time per rank"}.get(value, value)
-    return _base_layout(
+    fig = _base_layout(
         fig, f"{name} (click a cell to open its timeline)", height=min(900, max(260, 60 + 28 * len(grid.index))),
         xaxis_title="step", yaxis_title="", yaxis_autorange="reversed", xaxis_type="category",
     )
+    mark_warmup_columns(fig, [str(s) for s in grid.columns[warm]])
+    return fig
+
+
+def mark_warmup_columns(fig: go.Figure, columns: Sequence[str]) -> None:
+    """Label the heatmap columns ``columns`` (x categories) "warm-up" above the plot."""
+    for col in columns:
+        fig.add_annotation(x=col, y=1.0, yref="paper", yanchor="bottom", text="warm-up", showarrow=False,
+                           font=dict(size=10, color="#667085"))
 
 
 def _wait_zmax(z: np.ndarray, steps: pd.DataFrame) -> float:
     top = float(np.nanmax(z)) if np.isfinite(z).any() else 0.0
     floor = 0.1 * float(steps["wall_ns"].median()) / _NS_PER_MS if "wall_ns" in steps.columns else 0.0
     return max(top, floor, 1e-9)
-
-
-def straggler_bar(stragglers: pd.DataFrame, top: int = 30) -> go.Figure:
-    """Ranking of ranks by how often they arrived last at a collective (the ``top`` worst).
-
-    Args:
-        stragglers: ``Analysis.stragglers`` (``rank``, ``last_count``, ``last_share``,
-            ``mean_lateness_ns``, ``cost_to_others_ns``).
-
-    Returns:
-        horizontal bars, worst rank on top, x = share of collectives where it was last (%).
-    """
-    if stragglers.empty:
-        return empty_figure("no cross-rank collectives to rank stragglers by")
-    df = stragglers.sort_values(["last_share", "cost_to_others_ns"], ascending=[True, True]).tail(top)
-    lateness = _ms(df["mean_lateness_ns"]) if "mean_lateness_ns" in df else np.zeros(len(df))
-    cost = _ms(df["cost_to_others_ns"]) if "cost_to_others_ns" in df else np.zeros(len(df))
-    fig = go.Figure(go.Bar(
-        orientation="h", x=100.0 * df["last_share"].to_numpy(dtype="float64"), y=[f"rank {r}" for r in df["rank"]],
-        marker_color=BUCKET_COLORS["sync"], customdata=np.stack([df["rank"].to_numpy(), lateness, cost], axis=1),
-        hovertemplate=("rank %{customdata[0]}: last in %{x:.1f}% of collectives<br>"
-                       "mean lateness %{customdata[1]:.3f} ms<br>cost to others %{customdata[2]:.3f} ms<extra></extra>"),
-    ))
-    return _base_layout(
-        fig, "Straggler ranking (share of collectives where the rank arrived last)",
-        height=max(240, 60 + 26 * len(df)), xaxis_title="% of collectives last", xaxis_range=[0, 100],
-    )
 
 
 # -- compare -------------------------------------------------------------------------------
@@ -190,13 +202,12 @@ def compare_buckets(steps_a: pd.DataFrame, steps_b: pd.DataFrame, label_a: str, 
     med_a, med_b = _bucket_medians(steps_a), _bucket_medians(steps_b)
     labels = [BUCKET_LABELS[b] for b in BUCKETS]
     delta = med_b - med_a
-    pct = np.where(med_a > 0, 100.0 * delta / np.where(med_a > 0, med_a, 1.0), np.nan)
-    text = [f"{d:+.2f} ms" + ("" if np.isnan(p) else f" ({p:+.0f}%)") for d, p in zip(delta, pct)]
+    text = [fmt_change(d * _NS_PER_MS, a * _NS_PER_MS if a > 0 else None) for d, a in zip(delta, med_a)]
     fig = go.Figure([
-        go.Bar(name=safe_text(label_a), x=labels, y=med_a, marker_color="#9ecae1",
-               hovertemplate="%{x}: %{y:.3f} ms/step<extra>" + safe_text(label_a) + "</extra>"),
-        go.Bar(name=safe_text(label_b), x=labels, y=med_b, marker_color="#08519c", text=text, textposition="outside",
-               hovertemplate="%{x}: %{y:.3f} ms/step<extra>" + safe_text(label_b) + "</extra>"),
+        go.Bar(name=safe_text(label_a), x=labels, y=med_a, marker_color=BASE_COLOR,
+               hovertemplate="%{x}: %{y:.2f} ms per step<extra>" + safe_text(label_a, 40) + "</extra>"),
+        go.Bar(name=safe_text(label_b), x=labels, y=med_b, marker_color=NEW_COLOR, text=text, textposition="outside",
+               hovertemplate="%{x}: %{y:.2f} ms per step<extra>" + safe_text(label_b, 40) + "</extra>"),
     ])
     return _base_layout(fig, "Median time per step by bucket (change: new - base)", barmode="group",
                         height=380, yaxis_title="ms per step")
@@ -234,6 +245,6 @@ def _bucket_medians(steps: pd.DataFrame) -> np.ndarray:
 
 __all__ = [
     "BUCKET_COLORS", "BUCKET_LABELS", "safe_text", "empty_figure", "bucket_bars_by_step", "bucket_bars_by_rank",
-    "rank_step_heatmap", "straggler_bar", "compare_buckets",
+    "rank_step_heatmap", "mark_warmup_columns", "compare_buckets",
     "compare_step_deltas",
 ]

@@ -15,14 +15,16 @@ from dash import dash_table, dcc, html
 
 from perfscope.dashboards import figures, tables
 from perfscope.dashboards.data import DashboardData, RunData
+from perfscope.reports.style import BUCKET_COLORS, BUCKET_LABELS, fmt_duration, fmt_evidence, fmt_share
+from perfscope.reports.style import fmt_ms as _fmt_ms
 
 TABS: tuple[tuple[str, str], ...] = (
     ("overview", "Overview"), ("ranks", "Ranks"), ("timeline", "Timeline"),
-    ("collectives", "Collectives"), ("kernels", "Kernels"), ("compare", "Compare"),
+    ("collectives", "Collectives"), ("kernels", "Kernels"), ("operators", "Operators"), ("compare", "Compare"),
 )
 GRAPH_CONFIG: dict[str, Any] = {"displaylogo": False, "responsive": True}
 _CARD = {"border": "1px solid #ddd", "borderRadius": "6px", "padding": "10px 14px", "margin": "8px 0"}
-_TABLE_STYLE: dict[str, Any] = dict(
+TABLE_STYLE: dict[str, Any] = dict(
     style_table={"overflowX": "auto"},
     style_cell={"fontFamily": "ui-monospace, monospace", "fontSize": "13px", "textAlign": "left",
                 "maxWidth": "520px", "overflow": "hidden", "textOverflow": "ellipsis", "whiteSpace": "nowrap"},
@@ -32,11 +34,21 @@ _TABLE_STYLE: dict[str, Any] = dict(
 )
 
 
+WARMUP_TOGGLE = "include"  # the warm-up checklist's value when warm-up steps are included
+
+
 def fmt_ms(ns: float | int | None) -> str:
-    """``12.345 ms`` (or ``n/a``) from nanoseconds."""
+    """``62.4 ms`` (3 significant digits; ``n/a`` when unknown) from nanoseconds."""
     if ns is None or (isinstance(ns, float) and np.isnan(ns)):
         return "n/a"
-    return f"{ns / 1e6:,.3f} ms"
+    return _fmt_ms(float(ns))
+
+
+def empty_reason(text: str, tab: str) -> html.Div:
+    """What a tab shows instead of empty content: why it is empty (class ``empty-reason``)."""
+    return html.Div(text, id=f"empty-{tab}", className="empty-reason",
+                    style={"padding": "14px 16px", "margin": "12px 0", "background": "#f8f9fb",
+                           "border": "1px solid #e4e7ec", "borderRadius": "6px", "color": "#344054"})
 
 
 def median_step_ns(steps: pd.DataFrame) -> float | None:
@@ -71,23 +83,70 @@ def page(data: DashboardData) -> html.Div:
     tabs = [dcc.Tab(label=label, value=value, id=f"tab-{value}") for value, label in TABS
             if value != "compare" or len(data) >= 2]
     return html.Div([
+        # The state (run, tab, rank, step, zoom, warm-up) lives in the URL: a reload or a
+        # shared link opens the same view (callbacks.url_state / state_url).
+        dcc.Location(id="url", refresh=False),
         html.Div([
             html.H2("perfscope", style={"margin": "0 16px 0 0", "display": "inline-block"}),
             html.Span("run: ", style={"marginRight": "6px"}),
             html.Div(dcc.Dropdown(id="run", options=options, value=0, clearable=False),
                      style={"display": "inline-block", "width": "420px", "verticalAlign": "middle"}),
+            dcc.Checklist(id="warmup", options=[{"label": " include warm-up steps in summaries",
+                                                 "value": WARMUP_TOGGLE}],
+                          value=[], style={"marginLeft": "20px"}),
         ], style={"display": "flex", "alignItems": "center", "padding": "8px 0"}),
         dcc.Tabs(id="tabs", value="overview", children=tabs),
         dcc.Loading(html.Div(overview(data.get(0)), id="tab-content", style={"padding": "8px 4px"}),
                     type="default", delay_show=300),
         dcc.Store(id="selection", data=None),
+        dcc.Store(id="url-loaded", data=False),  # set once the URL's state has been applied
     ], style={"fontFamily": "system-ui, sans-serif", "margin": "0 18px"})
 
 
 # -- overview ------------------------------------------------------------------------------
 
-def _facts(rd: RunData) -> list[tuple[str, str]]:
-    meta, steps = rd.analysis.meta or rd.run.meta, rd.steps
+def _warmup_fact(rd: RunData, include_warmup: bool) -> str:
+    """``step 0 (201 ms), excluded from summaries`` (or ``none detected``)."""
+    if not rd.warmup:
+        return "none detected (no leading step lasts 1.5 x the median step)"
+    walls = rd.steps[rd.steps["step"].isin(list(rd.warmup))].groupby("step")["wall_ns"].max()
+    listed = ", ".join(f"{s} ({fmt_duration(float(w))})" for s, w in walls.items())
+    word = "step" if len(rd.warmup) == 1 else "steps"
+    return f"{word} {listed}, {'included in' if include_warmup else 'excluded from'} summaries"
+
+
+def overview_counters(rd: RunData) -> html.Div:
+    """The Overview's GPU counters: how many NVML samples the run holds and, per counter,
+    the mean over all ranks' samples, the lowest rank mean (and its rank) and the maximum;
+    or why the run holds none."""
+    s = rd.gpu_counters
+    if s.empty:
+        return html.Div([html.H4("GPU counters"), html.P(
+            "No GPU counter samples in this run: the NVML sampler did not run (an imported trace, or recorded "
+            "without --metrics / nvidia-ml-py).", className="muted")], id="gpu-counters")
+    head = html.Tr([html.Th(h, style={"textAlign": "left", "paddingRight": "14px"})
+                    for h in ("GPU counter", "mean", "lowest rank mean", "max")])
+    def value(x: float, unit: str) -> str:  # 1,530 MHz, 108 W, 5.71 %, 0.0204 GB/s: no exponents
+        return f"{x:,.0f} {unit}" if abs(x) >= 100 else f"{x:.3g} {unit}"
+
+    cell = {"paddingRight": "14px"}
+    body = []
+    for _, g in s.groupby("metric", sort=False):
+        unit = str(g["unit"].iloc[0])
+        mean = float((g["mean"] * g["samples"]).sum() / g["samples"].sum())
+        low = g.loc[g["mean"].idxmin()]
+        body.append(html.Tr([html.Td(str(g["label"].iloc[0]), style=cell), html.Td(value(mean, unit), style=cell),
+                             html.Td(f"{value(float(low['mean']), unit)} (rank {int(low['rank'])})", style=cell),
+                             html.Td(value(float(g["max"].max()), unit), style=cell)]))
+    n = int(rd.row_counts.get("metrics", 0))
+    return html.Div([html.H4("GPU counters (NVML)"),
+                     html.P(f"{n:,} samples; tracks of them under each rank's lanes in the Timeline.",
+                            style={"color": "#555", "fontSize": "13px", "margin": "0 0 4px"}),
+                     html.Table([head, *body])], id="gpu-counters")
+
+
+def _facts(rd: RunData, include_warmup: bool = False) -> list[tuple[str, str]]:
+    meta, steps = rd.analysis.meta or rd.run.meta, rd.summary_steps(include_warmup)
     rank_meta: list[dict[str, Any]] = list(rd.run.meta.get("ranks", []))
     gpus = Counter(str((r.get("gpu") or {}).get("name", "unknown")) for r in rank_meta if r.get("gpu"))
     hosts = sorted({str(r.get("host")) for r in rank_meta if r.get("host")})
@@ -96,7 +155,6 @@ def _facts(rd: RunData) -> list[tuple[str, str]]:
         for k, v in (r.get("versions") or {}).items():
             if v not in (None, ""):
                 versions.setdefault(str(k), set()).add(str(v))
-    n_steps = int(steps["step"].nunique()) if not steps.empty else 0
     facts = [
         ("run", rd.label),
         ("status", str(rd.run.status)),
@@ -105,8 +163,10 @@ def _facts(rd: RunData) -> list[tuple[str, str]]:
         ("hosts", ", ".join(hosts) if hosts else "unknown"),
         ("GPUs", ", ".join(f"{n} x {name}" for name, n in gpus.most_common()) or "unknown"),
         ("versions", "; ".join(f"{k} {' / '.join(sorted(v))}" for k, v in sorted(versions.items())) or "unknown"),
-        ("steps", f"{n_steps} steps"),
+        ("steps", f"{int(rd.steps['step'].nunique()) if not rd.steps.empty else 0} steps"),
+        ("warm-up", _warmup_fact(rd, include_warmup)),
         ("median step time", fmt_ms(median_step_ns(steps))),
+        ("mean step time", fmt_ms(float(steps["wall_ns"].mean()) if not steps.empty else None)),
         ("events", f"{sum(v for k, v in rd.row_counts.items() if k not in ('steps', 'metrics')):,}"),
     ]
     return facts
@@ -125,10 +185,8 @@ def _findings(rd: RunData) -> list[str]:
 
 
 def _evidence(ev: dict[str, Any]) -> str:
-    parts = []
-    for k, v in ev.items():
-        parts.append(f"{k} = {v:.4g}" if isinstance(v, float) else f"{k} = {v}")
-    return "; ".join(parts)
+    """``cost to others = 647 ms; last share = 87.5%``: each value with its unit."""
+    return "; ".join("{} = {}".format(*fmt_evidence(k, v)) for k, v in ev.items())
 
 
 def recommendation_cards(rd: RunData, top: int = 5) -> list[html.Div | html.P]:
@@ -138,9 +196,10 @@ def recommendation_cards(rd: RunData, top: int = 5) -> list[html.Div | html.P]:
         return [html.P("No recommendation fired for this run.", className="muted")]
     cards = []
     for r in recs:
-        saving = f"saves about {fmt_ms(r.saving_ns)} per step ({100 * r.saving_share:.1f}%)"
+        saving = f"saves about {fmt_duration(r.saving_ns)} per step ({fmt_share(r.saving_share)})"
+        label = BUCKET_LABELS.get(r.bucket, r.bucket)
         body: list[Any] = [
-            html.Div([html.B(r.title), html.Span(f"  [{r.bucket}] {saving}", style={"color": "#555"})]),
+            html.Div([html.B(r.title), html.Span(f"  [{label}] {saving}", style={"color": "#555"})]),
             html.P(r.message, style={"margin": "4px 0"}),
         ]
         if r.evidence:
@@ -149,18 +208,28 @@ def recommendation_cards(rd: RunData, top: int = 5) -> list[html.Div | html.P]:
             body.append(html.Div(["try: ", html.Code(r.change)], style={"fontSize": "13px", "marginTop": "2px"}))
         if r.ranks:
             body.append(html.Div(f"ranks: {', '.join(map(str, r.ranks))}", style={"fontSize": "13px"}))
-        cards.append(html.Div(body, className="recommendation", style=_CARD))
+        cards.append(html.Div(body, className="recommendation",
+                              style={**_CARD, "borderLeft": f"4px solid {BUCKET_COLORS.get(r.bucket, '#999')}"}))
     return cards
 
 
-def _pick_graph(name: str, fig: Any) -> dcc.Graph:
+def pick_graph(name: str, fig: Any) -> dcc.Graph:
+    """A graph whose clicks open the Timeline (``callbacks.pick`` reads ``name``)."""
     return dcc.Graph(id={"type": "pick", "name": name}, figure=fig, config=GRAPH_CONFIG)
 
 
-def overview(rd: RunData) -> html.Div:
-    """Overview tab: run facts, environment findings, bucket bars, top recommendations."""
+def _no_steps_reason(rd: RunData) -> str:
+    said = [str(w) for w in rd.analysis.warnings if "step" in str(w).lower()]
+    return ("No steps in this run, so there is no step-time breakdown: perfscope found no step markers "
+            "(torch.profiler's ProfilerStep#N, perfscope.step() / prof.step(), or optimizer steps). Mark steps in "
+            "the training loop, or name them with perfscope analyze --step-pattern." + (" " + " ".join(said) if said else ""))
+
+
+def overview(rd: RunData, include_warmup: bool = False) -> html.Div:
+    """Overview tab: run facts, environment findings, bucket bars (warm-up steps left out
+    unless ``include_warmup``, then hatched), top recommendations."""
     facts = html.Table([html.Tr([html.Th(k, style={"textAlign": "left", "paddingRight": "14px"}), html.Td(v)])
-                        for k, v in _facts(rd)], id="run-facts")
+                        for k, v in _facts(rd, include_warmup)], id="run-facts")
     findings = _findings(rd)
     env = rd.run.meta.get("environment") or {}
     env_block = html.Details([
@@ -177,21 +246,12 @@ def overview(rd: RunData) -> html.Div:
                 env_block,
             ], style={"flex": "1", "minWidth": "380px"}),
         ], style={"display": "flex", "gap": "24px", "flexWrap": "wrap"}),
-        _pick_graph("steps", figures.bucket_bars_by_step(rd.steps)),
-        _pick_graph("ranks", figures.bucket_bars_by_rank(rd.steps)),
+        overview_counters(rd),
+        *([empty_reason(_no_steps_reason(rd), "overview")] if rd.steps.empty else [
+            pick_graph("steps", figures.bucket_bars_by_step(rd.summary_steps(include_warmup), warmup=rd.warmup)),
+            pick_graph("ranks", figures.bucket_bars_by_rank(rd.summary_steps(include_warmup)))]),
         html.H4("Top recommendations"),
         html.Div(recommendation_cards(rd), id="recommendations"),
-    ])
-
-
-# -- ranks ---------------------------------------------------------------------------------
-
-def ranks(rd: RunData) -> html.Div:
-    """Ranks tab: step-time and sync heatmaps, straggler ranking (cells click to Timeline)."""
-    return html.Div([
-        _pick_graph("heat-wall", figures.rank_step_heatmap(rd.steps, "wall_ns")),
-        _pick_graph("heat-sync", figures.rank_step_heatmap(rd.steps, "sync_ns")),
-        _pick_graph("stragglers", figures.straggler_bar(rd.analysis.stragglers)),
     ])
 
 
@@ -206,45 +266,39 @@ def step_options(rd: RunData, rank: int | None) -> list[dict[str, Any]]:
 
 # -- tables --------------------------------------------------------------------------------
 
-def _rank_filter(id_: str, rd: RunData) -> dcc.Dropdown:
+def rank_filter(id_: str, rd: RunData) -> dcc.Dropdown:
+    """A rank picker for a table: ``all ranks`` or one rank of the run."""
     opts = [{"label": "all ranks", "value": "all"}] + [{"label": f"rank {r}", "value": int(r)} for r in rd.run.ranks]
     return dcc.Dropdown(id=id_, options=opts, value="all", clearable=False)
 
 
 def table_note(shown: int, total: int, what: str) -> str:
+    """``1,234 kernel rows (showing the 500 longest)``."""
     return f"{total:,} {what}" + (f" (showing the {shown:,} longest)" if shown < total else "")
 
 
 def kernels(rd: RunData) -> html.Div:
-    """Kernels tab: per-rank filter and a sortable, filterable table of kernels."""
+    """Kernels tab: per-rank filter and a sortable, filterable table of kernels (or why
+    there are none)."""
     rows, total = tables.kernel_rows(rd.analysis.kernels)
+    if not total:
+        return empty_reason("No GPU kernels in this run: the trace holds no kernel records (recorded without the "
+                            "CUPTI collector, or a CPU-only trace). perfscope record captures them on a GPU job.",
+                            "kernels")
     return html.Div([
-        html.Div([html.Span("rank "), html.Div(_rank_filter("k-rank", rd), style={"width": "180px"}),
+        html.Div([html.Span("rank "), html.Div(rank_filter("k-rank", rd), style={"width": "180px"}),
                   html.Span(table_note(len(rows), total, "kernel rows"), id="k-note", style={"marginLeft": "16px"})],
                  style={"display": "flex", "alignItems": "center", "marginBottom": "8px"}),
         dash_table.DataTable(id="k-table", columns=tables.KERNEL_COLUMNS, data=rows, sort_action="native",
                              tooltip_data=tables.name_tooltips(rows),
                              filter_action="native", page_action="native", page_size=25,
-                             sort_by=[{"column_id": "total_ms", "direction": "desc"}], **_TABLE_STYLE),
-    ])
-
-
-def collectives(rd: RunData) -> html.Div:
-    """Collectives tab: per-rank filter and a sortable table (duration, bytes, bandwidth)."""
-    rows, total = tables.collective_rows(rd.analysis.collectives)
-    return html.Div([
-        html.Div([html.Span("rank "), html.Div(_rank_filter("c-rank", rd), style={"width": "180px"}),
-                  html.Span(table_note(len(rows), total, "collectives"), id="c-note", style={"marginLeft": "16px"})],
-                 style={"display": "flex", "alignItems": "center", "marginBottom": "8px"}),
-        dash_table.DataTable(id="c-table", columns=tables.COLLECTIVE_COLUMNS, data=rows, sort_action="native",
-                             filter_action="native", page_action="native", page_size=25,
-                             sort_by=[{"column_id": "dur_us", "direction": "desc"}], **_TABLE_STYLE),
+                             sort_by=[{"column_id": "total_ms", "direction": "desc"}], **TABLE_STYLE),
     ])
 
 
 # -- compare -------------------------------------------------------------------------------
 
-def compare(data: DashboardData) -> html.Div:
+def compare(data: DashboardData, include_warmup: bool = False) -> html.Div:
     """Compare tab: base and new run pickers; the body is filled by ``compare_body``."""
     options = [{"label": label, "value": i} for i, label in enumerate(data.labels)]
     return html.Div([
@@ -255,7 +309,7 @@ def compare(data: DashboardData) -> html.Div:
             html.Div(dcc.Dropdown(id="cmp-b", options=options, value=1 if len(data) > 1 else 0, clearable=False),
                      style={"width": "320px"}),
         ], style={"display": "flex", "alignItems": "center"}),
-        html.Div(compare_body(data, 0, 1 if len(data) > 1 else 0), id="cmp-body"),
+        html.Div(compare_body(data, 0, 1 if len(data) > 1 else 0, include_warmup), id="cmp-body"),
     ])
 
 
@@ -275,32 +329,41 @@ def _verdict(cmp: Any) -> list[Any]:
     return out
 
 
-def compare_body(data: DashboardData, base: Any, new: Any) -> list[Any]:
+def compare_body(data: DashboardData, base: Any, new: Any, include_warmup: bool = False) -> list[Any]:
     """Median step times, verdict, bucket deltas (median and per step), kernel and
-    collective changes of base run ``base`` and new run ``new`` (indices)."""
+    collective changes of base run ``base`` and new run ``new`` (indices), on their steady
+    steps unless ``include_warmup``."""
     a, b = data.get(base), data.get(new)
-    ma, mb = median_step_ns(a.steps), median_step_ns(b.steps)
+    sa, sb = a.summary_steps(include_warmup), b.summary_steps(include_warmup)
+    if sa.empty or sb.empty:
+        who = " and ".join(r.label for r, s in ((a, sa), (b, sb)) if s.empty)
+        return [empty_reason(f"Nothing to compare: {who} has no steps (the Overview tab says why).", "compare")]
+    ma, mb = median_step_ns(sa), median_step_ns(sb)
     change = f" ({100 * (mb - ma) / ma:+.1f}%)" if ma and mb else ""
-    cmp = data.comparison(a.index, b.index)
+    warm = [f"{r.label}: {len(r.warmup)}" for r in (a, b) if r.warmup]
+    if warm:
+        change += f"; warm-up steps {'included' if include_warmup else 'excluded'} ({', '.join(warm)})"
+    cmp = data.comparison(a.index, b.index, include_warmup)
     kernel_rows = tables.change_rows(cmp.kernels)
     coll_rows = tables.change_rows(cmp.collectives)
     body: list[Any] = [
         html.P(f"median step time: base {a.label} {fmt_ms(ma)}, new {b.label} {fmt_ms(mb)}{change}",
                id="cmp-summary"),
         *_verdict(cmp),
-        dcc.Graph(figure=figures.compare_buckets(a.steps, b.steps, a.label, b.label), config=GRAPH_CONFIG),
-        dcc.Graph(figure=figures.compare_step_deltas(a.steps, b.steps), config=GRAPH_CONFIG),
+        dcc.Graph(figure=figures.compare_buckets(sa, sb, a.label, b.label), config=GRAPH_CONFIG),
+        dcc.Graph(figure=figures.compare_step_deltas(sa, sb), config=GRAPH_CONFIG),
         html.H4("Kernels whose time per step changed most"),
         dash_table.DataTable(id="cmp-kernels", columns=tables.KERNEL_CHANGE_COLUMNS, data=kernel_rows,
                              tooltip_data=tables.name_tooltips(kernel_rows),
-                             sort_action="native", page_size=20, **_TABLE_STYLE),
+                             sort_action="native", page_size=20, **TABLE_STYLE),
     ]
     if coll_rows:
         body += [html.H4("Collectives whose time per step changed most"),
                  dash_table.DataTable(id="cmp-collectives", columns=tables.COLLECTIVE_CHANGE_COLUMNS, data=coll_rows,
-                                      sort_action="native", page_size=20, **_TABLE_STYLE)]
+                                      sort_action="native", page_size=20, **TABLE_STYLE)]
     return body
 
 
-__all__ = ["TABS", "page", "overview", "ranks", "kernels", "collectives", "compare", "compare_body",
-           "recommendation_cards", "table_note", "default_selection", "step_options", "median_step_ns", "fmt_ms"]
+__all__ = ["TABS", "GRAPH_CONFIG", "TABLE_STYLE", "WARMUP_TOGGLE", "page", "overview", "kernels", "compare",
+           "compare_body", "empty_reason", "overview_counters", "pick_graph", "rank_filter", "recommendation_cards", "table_note",
+           "default_selection", "step_options", "median_step_ns", "fmt_ms"]

@@ -24,7 +24,7 @@ import plotly.graph_objects as go
 from dash import Input, Output, State, ctx, dcc, html
 
 import perfscope
-from perfscope.analyzers.counters import counter_samples, counter_summary
+from perfscope.analyzers.counters import counter_samples
 from perfscope.analyzers.timeline import launch_index, rank_lanes, timeline_events
 from perfscope.dashboards import figures, layout
 from perfscope.dashboards.data import DashboardData, RunData, strict_int
@@ -39,7 +39,7 @@ GRAPH_CONFIG: dict[str, Any] = {**layout.GRAPH_CONFIG, "scrollZoom": False}
 
 
 class _PerRun:
-    """Lanes and counter summaries computed once per opened run (read from the whole run)."""
+    """Lanes and launch links computed once per opened run (read from the whole run)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -71,14 +71,6 @@ def launches(rd: RunData, rank: int) -> pd.DataFrame:
     if ("launches", rank) not in cache:
         cache[("launches", rank)] = launch_index(rd.run, rank)
     return cache[("launches", rank)]
-
-
-def counters(rd: RunData) -> pd.DataFrame:
-    """:func:`~perfscope.analyzers.counters.counter_summary` of the run (cached)."""
-    cache = _PER_RUN.of(rd)
-    if "counters" not in cache:
-        cache["counters"] = counter_summary(rd.run)
-    return cache["counters"]
 
 
 def shown_ranks(rd: RunData, focus: int, ranks: Any) -> list[int]:
@@ -156,7 +148,7 @@ def timeline_figure_of(data: DashboardData, run: Any, rank: Any, step: Any, wind
 def _draw(rd: RunData, focus: int, step: int, ranks: list[int], span: tuple[int, int, int],
           window: tuple[int, int] | None, search: str) -> go.Figure:
     w0, w1 = window if window else span[:2]
-    summary = counters(rd)
+    summary = rd.gpu_counters
     metrics = {r: summary.loc[summary["rank"] == r, "metric"].tolist() for r in ranks}
     view = TimelineView(
         rows=rows_for(ranks, {r: lanes(rd, r) for r in ranks}, metrics),
@@ -184,7 +176,7 @@ def timeline_update(data: DashboardData, run: Any, rank: Any, step: Any, relayou
         (figure, step options, step value, selection, window ``{"t0", "t1"}``); None
         entries mean no change; None as a whole when nothing should change (a relayout
         that is not an x zoom).  A new focus rank or step shows the whole step; a search
-        or a change of ranks keeps the zoom.
+        or a change of ranks keeps the zoom; a zoom sets the selection's ``zoom``.
     """
     rd = data.get(run)
     if rank is None:
@@ -200,7 +192,9 @@ def timeline_update(data: DashboardData, run: Any, rank: Any, step: Any, relayou
         if win is None and trigger == "tl-graph":
             return None
         fig = _draw(rd, focus, step, shown, span, win, _search_text(search))
-        return fig, None, None, None, _window_data(win or span[:2])
+        # A zoom goes into the selection (so into the URL); the whole step needs none.
+        sel = _zoomed_selection(rd.index, focus, step, span, win) if trigger == "tl-graph" else None
+        return fig, None, None, sel, _window_data(win or span[:2])
     options = layout.step_options(rd, focus)
     values = [o["value"] for o in options]
     new_step = step if step in values else (values[0] if values else None)
@@ -208,6 +202,16 @@ def timeline_update(data: DashboardData, run: Any, rank: Any, step: Any, relayou
     fig = timeline_figure_of(data, rd.index, focus, new_step, None, ranks, search)
     whole = None if new_step is None else _window_data(step_span(rd, shown_ranks(rd, focus, ranks), focus, new_step)[:2])
     return fig, (options if trigger == "tl-rank" else None), (new_step if new_step != step else None), sel, whole
+
+
+def _zoomed_selection(run: int, focus: int, step: int, span: tuple[int, int, int],
+                      window: tuple[int, int] | None) -> dict[str, Any]:
+    """The selection of a zoom: run, focus rank, step and, unless ``window`` is the whole
+    span, ``zoom`` ``[x0_ms, x1_ms]`` since the focus rank's step start."""
+    sel: dict[str, Any] = {"run": run, "rank": focus, "step": step}
+    if window is not None and window != span[:2]:
+        sel["zoom"] = [(window[0] - span[2]) / 1e6, (window[1] - span[2]) / 1e6]
+    return sel
 
 
 def _window_data(window: tuple[int, int]) -> dict[str, int]:
@@ -231,11 +235,14 @@ def perfetto_export(data: DashboardData, run: Any, rank: Any, step: Any, ranks: 
 
 def timeline_tab(data: DashboardData, rd: RunData, selection: dict[str, Any]) -> html.Div:
     """The Timeline tab: focus rank and step pickers, the ranks shown, the kernel search,
-    "Open in Perfetto", and the figure of the selection."""
+    "Open in Perfetto", and the figure of the selection (zoomed to its ``zoom``, ms since
+    the focus rank's step start, when it has one)."""
     rank, step = selection.get("rank"), selection.get("step")
     all_ranks = sorted(int(r) for r in rd.steps["rank"].unique()) if not rd.steps.empty else []
     shown = shown_ranks(rd, rank, None) if rank is not None else []
     span = step_span(rd, shown, rank, step) if rank is not None and step is not None else None
+    zoom = selection.get("zoom")
+    window = zoom_window(span, {"xaxis.range": zoom}) if span and zoom else None
     small = {"marginLeft": "16px"}
     return html.Div([
         html.Div([
@@ -258,32 +265,11 @@ def timeline_tab(data: DashboardData, rd: RunData, selection: dict[str, Any]) ->
         html.P("Drag to zoom (the server re-reads the window); double-click for the whole step. Events narrower "
                "than a pixel are merged into faint thin density strips; hover an event for its launch.",
                style={"color": "#666", "fontSize": "13px", "margin": "4px 0"}),
-        dcc.Graph(id="tl-graph", figure=timeline_figure_of(data, rd.index, rank, step), config=GRAPH_CONFIG),
-        dcc.Store(id="tl-window", data=_window_data(span[:2]) if span else None),
+        dcc.Graph(id="tl-graph", figure=timeline_figure_of(data, rd.index, rank, step, window), config=GRAPH_CONFIG),
+        dcc.Store(id="tl-window", data=_window_data(window or span[:2]) if span else None),
         dcc.Store(id="tl-link", data=None),  # the launch link drawn on hover (set in the browser)
         dcc.Download(id="tl-download"),
     ])
-
-
-def overview_counters(rd: RunData) -> html.Div:
-    """A compact table of the run's GPU counters for the Overview: per counter, the mean
-    over all ranks' samples, the lowest rank mean (and its rank) and the maximum; a note
-    when the run holds no samples."""
-    s = counters(rd)
-    if s.empty:
-        return html.Div(html.P("No GPU counter samples in this run (NVML sampling was off or unavailable)."),
-                        id="gpu-counters")
-    head = html.Tr([html.Th(h, style={"textAlign": "left", "paddingRight": "14px"})
-                    for h in ("GPU counter", "mean", "lowest rank mean", "max")])
-    body = []
-    for _, g in s.groupby("metric", sort=False):
-        unit = str(g["unit"].iloc[0])
-        mean = float((g["mean"] * g["samples"]).sum() / g["samples"].sum())
-        low = g.loc[g["mean"].idxmin()]
-        body.append(html.Tr([html.Td(str(g["label"].iloc[0])), html.Td(f"{mean:,.3g} {unit}"),
-                             html.Td(f"{float(low['mean']):,.3g} {unit} (rank {int(low['rank'])})"),
-                             html.Td(f"{float(g['max'].max()):,.3g} {unit}")]))
-    return html.Div([html.H4("GPU counters (NVML)"), html.Table([head, *body])], id="gpu-counters")
 
 
 def register(app: dash.Dash, data: DashboardData, checked: Any) -> None:
@@ -294,10 +280,15 @@ def register(app: dash.Dash, data: DashboardData, checked: Any) -> None:
                   Output("selection", "data", allow_duplicate=True), Output("tl-window", "data"),
                   Input("tl-rank", "value"), Input("tl-step", "value"), Input("tl-graph", "relayoutData"),
                   Input("tl-ranks", "value"), Input("tl-search", "value"),
-                  State("run", "value"), State("tl-window", "data"), prevent_initial_call=True)
-    def _timeline(rank: Any, step: Any, relayout: Any, ranks: Any, search: Any, run: Any, window: Any) -> Any:
+                  State("run", "value"), State("tl-window", "data"), State("selection", "data"),
+                  prevent_initial_call=True)
+    def _timeline(rank: Any, step: Any, relayout: Any, ranks: Any, search: Any, run: Any, window: Any,
+                  selection: Any) -> Any:
         trig = ctx.triggered_id if isinstance(ctx.triggered_id, str) else None
-        if trig is None:  # inserted with the tab, whose figure timeline_tab already built
+        if trig is None or (trig in ("tl-rank", "tl-step") and isinstance(selection, dict)
+                            and (selection.get("rank"), selection.get("step")) == (rank, step)):
+            # inserted with the tab, whose figure (zoomed as the selection says) timeline_tab
+            # built: drawing it again would cost a second read and lose a linked zoom
             return (dash.no_update,) * 5
         out = checked(timeline_update, data, run, rank, step, relayout, trig, ranks, search, window)
         if out is None:
@@ -316,6 +307,6 @@ def register(app: dash.Dash, data: DashboardData, checked: Any) -> None:
         return checked(perfetto_export, data, run, rank, step, ranks, window)
 
 
-__all__ = ["MAX_DEFAULT_RANKS", "TIMELINE_MAX_BOXES", "TIMELINE_WIDTH_PX", "counters", "lanes", "overview_counters",
+__all__ = ["MAX_DEFAULT_RANKS", "TIMELINE_MAX_BOXES", "TIMELINE_WIDTH_PX", "lanes",
            "perfetto_export", "register", "shown_ranks", "step_span", "timeline_figure_of", "timeline_tab",
            "timeline_update", "window_of", "zoom_window"]

@@ -32,7 +32,7 @@ import plotly.io as pio
 
 from perfscope.analyzers.counters import COUNTERS
 from perfscope.dashboards.timeline_boxes import aggregate_events, label_for_width, search_mask
-from perfscope.reports.style import BUCKET_COLORS, escape_html, fmt_ns, short
+from perfscope.reports.style import BUCKET_COLORS, escape_html, fmt_ns, hover_text, short
 
 # Colour of each event kind (timeline_events' ``kind``): the buckets' own, plus two for
 # what feeds no bucket by itself.
@@ -173,7 +173,7 @@ def _lane_trace(ev: pd.DataFrame, row: int, rank: int, view: TimelineView, px_ns
         marker=dict(color=[KIND_COLORS.get(k, "#444444") for k in boxes["kind"]], opacity=np.round(opacity, 3),
                     line=dict(width=0.5 if len(boxes) < 300 else 0, color="white")),
         text=text, textposition="inside", insidetextanchor="start", textfont=dict(size=10, color="white"),
-        customdata=np.stack([np.array([escape_html(short(lb)) for lb in labels], dtype=object), details,
+        customdata=np.stack([np.array([hover_text(lb) for lb in labels], dtype=object), details,
                              np.full(len(boxes), escape_html(lane), dtype=object), link_x, link_y,
                              ((start - view.origin_ns) / _NS_PER_MS).astype(object)], axis=1),
         hovertemplate=_HOVER,
@@ -210,9 +210,9 @@ def _details(boxes: pd.DataFrame, ev: pd.DataFrame, origin_ns: int) -> np.ndarra
             text += f", {100 * b:.0f}% busy over the span"
         elif r >= 0 and link_name[r]:
             gap = fmt_ns(abs(int(ev_start[r]) - int(link_start[r])))
-            what = short(link_name[r], 60)
-            text += (f"<br>launched {escape_html(what)} on {escape_html(link_lane[r])}, {gap} later" if is_api else
-                     f"<br>launched by {escape_html(what)} on {escape_html(link_lane[r])}, {gap} before")
+            what = hover_text(link_name[r], lines=1)
+            text += (f"<br>launched {what} on {escape_html(link_lane[r])}, {gap} later" if is_api else
+                     f"<br>launched by {what} on {escape_html(link_lane[r])}, {gap} before")
         out[i] = text
     return out
 
@@ -246,7 +246,7 @@ def _match_trace(m: pd.DataFrame, view: TimelineView, px_ns: float) -> dict[str,
         type="bar", orientation="h", y=m["row"].to_numpy(), base=(m["start_ns"].to_numpy("int64") - view.origin_ns) / _NS_PER_MS,
         x=np.maximum(dur, px_ns) / _NS_PER_MS, width=_WHOLE, name="search matches", showlegend=False,
         marker=dict(color=[KIND_COLORS.get(k, "#444444") for k in m["kind"]], line=dict(width=2, color="#000000")),
-        customdata=np.stack([np.array([escape_html(short(n)) for n in names], dtype=object),
+        customdata=np.stack([np.array([hover_text(n) for n in names], dtype=object),
                              np.array([f"{fmt_ns(d)} at {(s - view.origin_ns) / _NS_PER_MS:,.3f} ms (match)"
                                        for s, d in zip(m["start_ns"], dur)], dtype=object),
                              np.array([escape_html(row_label(r, lane)) for r, lane in zip(m["rank"], m["lane"])],

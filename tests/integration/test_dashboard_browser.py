@@ -11,58 +11,29 @@ Set ``PERFSCOPE_SCREENSHOTS=/some/dir`` to save one screenshot per tab.
 from __future__ import annotations
 
 import os
-import shutil
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from browser_fixtures import browser, serving  # noqa: F401 - browser is a fixture
 from dashboard_fixtures import EVIL_KERNEL, EVIL_MARKER, GEMM, analysis_for, make_run
 
 pytestmark = [pytest.mark.browser, pytest.mark.filterwarnings("ignore:(?s).*dash_table.DataTable:DeprecationWarning")]
 
-CHROMIUM = os.environ.get("PERFSCOPE_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run"]
 TIMEOUT_MS = 15_000
 
 
 @pytest.fixture(scope="module")
 def server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    from werkzeug.serving import make_server
-
     from perfscope.dashboards.app import create_app
 
     root = tmp_path_factory.mktemp("dash")
     base = make_run(root / "base.perfscope", steps=4)
     new = make_run(root / "new.perfscope", steps=6, kernels_per_step=45, step_ns=26_000_000)
     app = create_app([str(base.path), str(new.path)], analyze=analysis_for)
-    server = make_server("127.0.0.1", 0, app.server, threaded=True)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_port}/"
-    finally:
-        server.shutdown()
-        thread.join(timeout=5)
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[object]:
-    if not Path(CHROMIUM).exists() and shutil.which("chromium") is None:
-        if os.environ.get("CI"):
-            # CI installs it (scripts/setup-test-env.sh): a silent skip there would hide a broken setup.
-            pytest.fail(f"no Chromium at {CHROMIUM} in CI; scripts/setup-test-env.sh should have installed it")
-        pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install -y chromium)")
-    sync_api = pytest.importorskip("playwright.sync_api")
-    with sync_api.sync_playwright() as pw:
-        b = pw.chromium.launch(executable_path=CHROMIUM if Path(CHROMIUM).exists() else shutil.which("chromium"),
-                               args=CHROMIUM_ARGS, headless=True)
-        try:
-            yield b
-        finally:
-            b.close()
+    with serving(app) as url:
+        yield url
 
 
 def _shot(page: object, name: str) -> None:
@@ -125,7 +96,8 @@ def test_every_tab_in_a_real_browser(server_url: str, browser: object) -> None:
     page.get_by_text("Step time per rank", exact=False).first.wait_for()
     page.get_by_text("Straggler ranking", exact=False).first.wait_for()
     _shot(page, "ranks")
-    heat = page.locator(".js-plotly-plot").first.locator(".nsewdrag").first
+    heat = page.locator("[id*='heat-wall'] .js-plotly-plot").first.locator(".nsewdrag").first
+    heat.scroll_into_view_if_needed()
     box = heat.bounding_box()
     assert box is not None
     # Bottom-right cell: the last rank (the straggler), the last step.

@@ -81,13 +81,23 @@ def test_every_tab_renders_real_content(data: DashboardData, name: str) -> None:
     assert len(figs) == 2
     labels = {t.name for t in figs[0].data}
     assert {"compute", "network", "sync", "pcie", "data loading", "host"} <= labels
-    assert sorted(int(x) for x in figs[0].data[0].x) == sorted(rd.steps["step"].unique().tolist())
+    # warm-up steps (profile's 201 ms step 0) are left out of the summaries by default
+    steady = sorted(set(rd.steps["step"].unique().tolist()) - set(rd.warmup))
+    assert sorted(int(x) for x in figs[0].data[0].x) == steady
+    assert rd.warmup == ((0,) if name == "profile" else (1,) if name == "record" else ())
+    every = _figures(callbacks.render_tab(data, "overview", i, None, ["include"]))[0]
+    assert sorted(int(x) for x in every.data[0].x) == sorted(rd.steps["step"].unique().tolist())
     assert rd.analysis.recommendations and rd.analysis.recommendations[0].title in text
 
-    # Ranks: two heatmaps (rank x step) and the straggler ranking.
+    # Ranks: straggler ranking, per-rank split, two heatmaps (rank x step), arrival skew;
+    # a single-rank run says why there is nothing to compare.
     ranks_tab = callbacks.render_tab(data, "ranks", i, None)
-    heat_wall, heat_sync, strag = _figures(ranks_tab)
-    assert len(heat_wall.data[0].y) == len(ranks)
+    if len(ranks) > 1:
+        strag, overlap, heat_waited, heat_wall, skew = _figures(ranks_tab)
+        assert len(heat_wall.data[0].y) == len(ranks) == len(heat_waited.data[0].y) == len(overlap.data[0].x)
+        assert {t.name.split()[1] for t in skew.data} == {str(r) for r in ranks}  # one series per rank
+    else:
+        assert not _figures(ranks_tab) and "One rank only" in _json(ranks_tab)
 
     # Timeline of the default (rank, step): real lanes from the store.
     timeline = callbacks.render_tab(data, "timeline", i, None)
@@ -122,6 +132,7 @@ def test_every_tab_renders_real_content(data: DashboardData, name: str) -> None:
         assert {int(r["rank"]) for r in crows} == set(ranks)
     else:
         assert not crows and cnote.startswith("0 collectives")
+        assert "single-rank trace" in _json(callbacks.render_tab(data, "collectives", i, None))
 
     for tab, _ in layout.TABS:
         assert len(_json(callbacks.render_tab(data, tab, i, None))) < 1_000_000
@@ -131,8 +142,15 @@ def test_straggler_run_ranks_rank_2_first(data: DashboardData) -> None:
     i = NAMES.index("straggler")
     rd = data.get(i)
     assert int(rd.analysis.stragglers["rank"].iloc[0]) == 2
-    strag = _figures(callbacks.render_tab(data, "ranks", i, None))[2]
+    ranks_tab = callbacks.render_tab(data, "ranks", i, None)
+    strag = _figures(ranks_tab)[0]
     assert list(strag.data[0].y)[-1] == "rank 2"  # worst rank drawn on top
+    assert strag.data[0].x[-1] == pytest.approx(647.016285)  # ms the others waited for it
+    callout = next(c for c in _walk(ranks_tab) if getattr(c, "id", None) == "straggler-callout")
+    assert "Straggler: rank 2" in _json(callout) and "647 ms" in _json(callout)
+    # the wait heatmap: rank 2's row is where the others' waits are charged
+    waited = _figures(ranks_tab)[2].data[0]
+    assert waited.y[int(max(range(len(waited.y)), key=lambda j: sum(v or 0 for v in waited.z[j])))] == "rank 2"
     recs = [r.id for r in rd.analysis.recommendations]
     assert "comm.straggler" in recs
     straggler_rec = next(r for r in rd.analysis.recommendations if r.id == "comm.straggler")
@@ -167,5 +185,5 @@ def test_h200_timeline_links_kernels_to_their_launch_and_shows_counters(data: Da
     counters = [t for t in fig.data if t.type == "scatter"]
     assert {t.name for t in counters} >= {"rank 1 · GPU util (%)", "rank 1 · power (W)", "rank 1 · SM clock (MHz)"}
     assert all(len(t.x) >= 1 for t in counters)  # a sample on each side of the window at least
-    table = json.dumps(timeline_callbacks.overview_counters(rd).to_plotly_json(), cls=plotly.utils.PlotlyJSONEncoder)
+    table = json.dumps(layout.overview_counters(rd).to_plotly_json(), cls=plotly.utils.PlotlyJSONEncoder)
     assert "GPU util" in table and "power" in table and "(rank " in table

@@ -146,7 +146,8 @@ def test_timeline_update_by_dropdown_and_zoom(data: DashboardData) -> None:
     zoom = {"xaxis.range[0]": 2.0, "xaxis.range[1]": 4.0}
     fig, *rest, _ = timeline_callbacks.timeline_update(data, 0, 0, 11, zoom, "tl-graph")
     assert list(fig.layout.xaxis.range) == pytest.approx([2.0, 4.0])
-    assert rest == [None, None, None]
+    # the zoom goes into the selection (and so into the URL)
+    assert rest == [None, None, {"run": 0, "rank": 0, "step": 11, "zoom": [2.0, 4.0]}]
     assert timeline_callbacks.timeline_update(data, 0, 0, 11, {"autosize": True}, "tl-graph") is None
     rd = data.get(0)
     span = timeline_callbacks.step_span(rd, [0, 1], 0, 11)
@@ -190,3 +191,47 @@ def test_the_browser_cannot_name_a_path(data: DashboardData, tmp_path: Path) -> 
         DashboardData([str(tmp_path)])
     with pytest.raises(UsageError):
         DashboardData([])
+
+
+def test_the_url_names_run_tab_rank_step_zoom_and_warm_up(data: DashboardData) -> None:
+    st = callbacks.url_state(data, "?run=1&tab=timeline&rank=1&step=12&zoom=2.5,4&warmup=1")
+    assert st == {"run": 1, "tab": "timeline", "warmup": ["include"],
+                  "selection": {"run": 1, "rank": 1, "step": 12, "zoom": [2.5, 4.0]}}
+    back = callbacks.state_url(st["run"], st["tab"], st["selection"], st["warmup"])
+    assert back == "?run=1&tab=timeline&rank=1&step=12&zoom=2.5000%2C4.0000&warmup=1"
+    assert callbacks.url_state(data, back) == st
+    assert callbacks.state_url(0, "overview", None, []) == "?run=0&tab=overview"
+    # another run picked: the old run's step does not follow it into the URL
+    assert callbacks.state_url(0, "timeline", st["selection"], []) == "?run=0&tab=timeline"
+
+
+@pytest.mark.parametrize("search", ["", "?", "?run=9", "?run=true&tab=evil", "?tab=<script>", "?rank=1&step=99",
+                                    "?rank=x&step=1", "?run=0&tab=timeline&rank=1&step=12&zoom=nan,1",
+                                    "?zoom=1,2&" + "a=1&" * 50])
+def test_a_bad_url_opens_the_default_view(data: DashboardData, search: str) -> None:
+    st = callbacks.url_state(data, search)
+    assert st["run"] in (0, 1) and st["tab"] in {t for t, _ in layout.TABS} and st["warmup"] == []
+    sel = st["selection"]
+    assert sel is None or (sel == layout.default_selection(data.get(st["run"]))) or "zoom" not in sel
+
+
+def test_sync_state_applies_the_url_once_then_writes_it(data: DashboardData) -> None:
+    url = "?run=1&tab=ranks"
+    # first call (whatever triggered it): the page takes the URL's state
+    assert callbacks.sync_state(data, "selection", url, 0, "overview", None, [], loaded=False) == (
+        None, 1, "ranks", None, None)
+    # later, a change of tab rewrites the URL
+    assert callbacks.sync_state(data, "tabs", url, 1, "kernels", None, [], loaded=True) == (
+        "?run=1&tab=kernels", None, None, None, None)
+    # back/forward: the URL changed, the page follows
+    assert callbacks.sync_state(data, "url", "?run=0&tab=kernels", 1, "kernels", None, [])[1] == 0
+
+
+def test_warm_up_toggle_reaches_overview_and_compare(data: DashboardData) -> None:
+    assert callbacks.include_warmup(["include"]) and not callbacks.include_warmup([]) \
+        and not callbacks.include_warmup("include")
+    # the synthetic runs have no warm-up: both views say so and show the same numbers
+    a = _json(callbacks.render_tab(data, "overview", 0, None, []))
+    b = _json(callbacks.render_tab(data, "overview", 0, None, ["include"]))
+    assert "none detected" in a and a == b
+    assert "median step time" in _json(callbacks.compare_update(data, 0, 1, ["include"]))

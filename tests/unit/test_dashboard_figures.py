@@ -9,7 +9,8 @@ import plotly.graph_objects as go
 import pytest
 
 from perfscope.analyzers.result import BUCKETS
-from perfscope.dashboards import figures, tables
+from perfscope.dashboards import figures, rank_figures, tables
+from perfscope.reports import style
 
 pytestmark = pytest.mark.filterwarnings("ignore:(?s).*dash_table.DataTable:DeprecationWarning")
 
@@ -66,12 +67,23 @@ def test_heatmap_is_rank_by_step_with_gaps() -> None:
 
 
 def test_straggler_bar_puts_the_worst_rank_on_top() -> None:
-    df = pd.DataFrame({"rank": [0, 1, 2], "last_count": [1, 8, 1], "last_share": [0.1, 0.8, 0.1],
+    df = pd.DataFrame({"rank": [0, 1, 2], "ops": [10, 10, 10], "last_count": [1, 8, 1], "last_share": [0.1, 0.8, 0.1],
                        "mean_lateness_ns": [0, 3_000_000, 0], "cost_to_others_ns": [0, 9_000_000, 0]})
-    fig = figures.straggler_bar(df)
+    fig = rank_figures.straggler_cost_bar(df)
     assert fig.data[0].y[-1] == "rank 1"  # plotly draws the last category on top
-    assert fig.data[0].x[-1] == pytest.approx(80.0)
-    assert figures.straggler_bar(df.iloc[:0]).layout.annotations
+    assert fig.data[0].x[-1] == pytest.approx(9.0)  # ms the others waited for it (issue #18: not % last)
+    assert rank_figures.straggler_cost_bar(df.iloc[:0]).layout.annotations
+
+
+def test_straggler_ranking_orders_by_cost_not_by_how_often_last() -> None:
+    # rank 0 is last as often as rank 1 but only 2 ms late; rank 1 is 34 ms late: it is the straggler
+    df = pd.DataFrame({"rank": [0, 1, 2], "ops": [8, 8, 8], "last_count": [4, 4, 0], "last_share": [0.5, 0.5, 0.0],
+                       "mean_lateness_ns": [2_000_000, 34_000_000, 0],
+                       "cost_to_others_ns": [16_000_000, 272_000_000, 0]})
+    bar = rank_figures.straggler_cost_bar(df).data[0]
+    assert list(bar.y) == ["rank 2", "rank 0", "rank 1"]
+    assert bar.marker.color[-1] == style.STRAGGLER_COLOR and bar.marker.color[0] == style.OTHER_RANK_COLOR
+    assert "272 ms" in bar.hovertext[-1] and "34.0 ms late" in bar.hovertext[-1]
 
 
 def test_safe_text_escapes_markup() -> None:
@@ -83,7 +95,8 @@ def test_compare_figures_show_the_change() -> None:
     a, b = _steps(), _steps()
     b["compute_ns"] = b["compute_ns"] * 2
     fig = figures.compare_buckets(a, b, EVIL, "new")
-    assert fig.data[1].text[0].startswith("+1.50 ms (+100%)")
+    assert fig.data[1].text[0] == "+1.50 ms (+100.0%)"  # style.fmt_change: units that fit, never +0.00 ms
+    assert fig.data[1].text[2] == "no change"
     assert fig.data[0].name == figures.safe_text(EVIL)
     deltas = figures.compare_step_deltas(a, b)
     assert deltas.data[0].y[0] == pytest.approx(1.5) and deltas.data[1].y[0] == pytest.approx(0.0)

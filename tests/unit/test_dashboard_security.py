@@ -234,7 +234,8 @@ def _callback(client: Any, output: str, inputs: list[tuple[str, str, Any]], stat
 
 
 def _render(client: Any, run: Any) -> Any:
-    return _callback(client, "tab-content.children", [("tabs", "value", "overview"), ("run", "value", run)],
+    return _callback(client, "tab-content.children", [("tabs", "value", "overview"), ("run", "value", run),
+                                                      ("warmup", "value", [])],
                      [("selection", "data", None)], "run.value")
 
 
@@ -251,9 +252,9 @@ def test_a_real_run_index_is_served(runs: list[str], run: Any) -> None:
     assert r.status_code == 200 and b"6 steps" in r.data
 
 
-# The Timeline callback's other inputs (ranks shown, search) and its state (run, window).
+# The Timeline callback's other inputs (ranks shown, search) and its state (run, window, selection).
 _TL_MORE = [("tl-ranks", "value", None), ("tl-search", "value", "")]
-_TL_STATE = [("run", "value", 0), ("tl-window", "data", None)]
+_TL_STATE = [("run", "value", 0), ("tl-window", "data", None), ("selection", "data", None)]
 
 
 @pytest.mark.parametrize("rank", [True, 1.9, " 1 ", 5])
@@ -284,8 +285,8 @@ def test_forged_timeline_ranks_and_windows_are_refused(runs: list[str], ranks: A
     client = _client(runs)
     r = _callback(client, "tl-graph.figure", [("tl-rank", "value", 0), ("tl-step", "value", 10),
                                               ("tl-graph", "relayoutData", None), ("tl-ranks", "value", ranks),
-                                              ("tl-search", "value", "x")], [("run", "value", 0), ("tl-window", "data", window)],
-                  "tl-search.value")
+                                              ("tl-search", "value", "x")],
+                  [("run", "value", 0), ("tl-window", "data", window), ("selection", "data", None)], "tl-search.value")
     assert r.status_code == 400, (ranks, window, r.data[:200])
     r = _callback(client, "tl-download.data", [("tl-perfetto", "n_clicks", 1)],
                   [("run", "value", 0), ("tl-rank", "value", 0), ("tl-step", "value", 10), ("tl-ranks", "value", ranks),
@@ -310,7 +311,8 @@ def test_forged_clicks_change_nothing(runs: list[str]) -> None:
 
     data = DashboardData(runs, analyze=analysis_for)
     for graph, point in (("steps", {"x": 1.9}), ("steps", {"customdata": True}), ("heat-wall", {"x": 1, "y": "rank 1.0"}),
-                         ("stragglers", {"y": "rank  1"}), ("ranks", {"customdata": "1 "})):
+                         ("stragglers", {"y": "rank  1"}), ("ranks", {"customdata": "1 "}),
+                         ("heat-waited", {"x": "1", "y": "rank 1.0"}), ("overlap", {"customdata": [True, 50.0]})):
         assert callbacks.pick(data, 0, graph, {"points": [point]}, None) is None, (graph, point)
     assert callbacks.pick(data, 0, "steps", {"points": "x"}, None) is None
     from perfscope.dashboards import timeline_callbacks

@@ -13,6 +13,7 @@ import pytest
 
 from dashboard_fixtures import EVIL_KERNEL, EVIL_MARKER, GEMM, NCCL_KERNEL, NCCL_STREAM, analysis_for, make_run
 from perfscope.analyzers.timeline import EVENT_COLUMNS
+from perfscope.dashboards import layout
 from perfscope.dashboards import timeline_callbacks as tc
 from perfscope.dashboards.data import DashboardData
 from perfscope.dashboards.timeline_boxes import aggregate_events, label_for_width, search_mask
@@ -224,13 +225,14 @@ def test_all_ranks_are_aligned_on_one_axis_with_steady_lanes(data: DashboardData
 def test_ranks_shown_search_and_window_survive_each_other(data: DashboardData) -> None:
     zoom = {"xaxis.range[0]": 2.0, "xaxis.range[1]": 4.0}
     fig, options, value, sel, window = tc.timeline_update(data, 0, 0, 11, zoom, "tl-graph", [0, 2], "", None)
-    assert options is None and value is None and sel is None
+    # the zoom goes into the selection (ms since the focus rank's step start), so into the URL
+    assert options is None and value is None and sel == {"run": 0, "rank": 0, "step": 11, "zoom": [2.0, 4.0]}
     assert {r for r, _ in [(int(t.split(" ")[1]), 0) for t in _lanes(fig)]} == {0, 2}
     origin = data.get(0).step_window(0, 11)[0]
     assert window == {"t0": origin + 2_000_000, "t1": origin + 4_000_000}
     # a search keeps the zoom and the ranks
-    fig, *_, window2 = tc.timeline_update(data, 0, 0, 11, zoom, "tl-search", [0, 2], "sgemm", window)
-    assert window2 == window and list(fig.layout.xaxis.range) == pytest.approx([2.0, 4.0])
+    fig, _, _, sel2, window2 = tc.timeline_update(data, 0, 0, 11, zoom, "tl-search", [0, 2], "sgemm", window)
+    assert sel2 is None and window2 == window and list(fig.layout.xaxis.range) == pytest.approx([2.0, 4.0])
     assert fig.data[-1].name == "search matches" and "matches for “sgemm”" in fig.layout.title.text
     # a new step shows the whole step again
     fig, _, _, sel, window3 = tc.timeline_update(data, 0, 0, 12, zoom, "tl-step", [0, 2], "", window)
@@ -268,5 +270,8 @@ def test_perfetto_export_holds_the_window_of_the_shown_ranks(data: DashboardData
 
 
 def test_overview_counters_say_when_there_are_none(data: DashboardData) -> None:
-    div = tc.overview_counters(data.get(0))
+    div = layout.overview_counters(data.get(0))
     assert div.id == "gpu-counters" and "No GPU counter samples" in json.dumps(div.to_plotly_json(), default=str)
+    # the Overview shows them (here: why there are none)
+    overview = json.dumps(layout.overview(data.get(0)).to_plotly_json(), default=str)
+    assert "gpu-counters" in overview and "NVML sampler did not run" in overview
