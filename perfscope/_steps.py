@@ -117,7 +117,7 @@ class Schedule:
         try:
             if isinstance(value, dict):
                 torch_style = any(k in value for k in ("active", "skip_first"))
-                kw = {_KEYS.get(k, k): v for k, v in value.items()}
+                kw: dict[str, Any] = {str(_KEYS.get(k, k)): v for k, v in value.items()}
                 if len(kw) != len(value):
                     raise TypeError("a field given under two names")
                 if torch_style and "repeat" not in value:
