@@ -73,7 +73,7 @@ from perfscope.analyzers.intervals import (
 )
 from perfscope.analyzers.kernels import launch_row, top_kernels
 from perfscope.analyzers.operators import READ_COLUMNS, launch_operators, parents, rank_call_sites, rank_operators
-from perfscope.analyzers.savings import pageable_copy_columns, sync_removed
+from perfscope.analyzers.savings import LARGE_COPY_BYTES, copy_calls, large_pageable_copies, pageable_copy_columns, sync_removed
 from perfscope.analyzers.steps import rank_windows
 from perfscope.analyzers.uvm import migration_intervals, uvm_row
 
@@ -421,8 +421,8 @@ def rank_summary(run: Any, r: int, inputs: RankInputs) -> RankSummary:
         ops = {**ops, "parent": parents(ops)}  # (once for every function that reads it)
     sync_sites = (blocking_sites(r, api, a_sync, t["markers"], ops) if a_sync is not None and a_sync.any() else None)
     op_view = _operator_view(r, ops, api, a_sync, win) if n_rows(ops) else {}
-    big_pageable, copies_what_if = _large_pageable(t["memcpy"])
-    layers = _layers(t, gpu, a_sync, _copy_calls(api, t["memcpy"], big_pageable))
+    big_pageable, copies_what_if = large_pageable_copies(t["memcpy"])
+    layers = _layers(t, gpu, a_sync, copy_calls(api, t["memcpy"], big_pageable))
     uvm = uvm_row(r, t["uvm"], win["start_ns"], win["end_ns"]) if win is not None else None
     del t, gpu, k, api
     steps, wait_layers, what_if = None, {}, None
@@ -447,30 +447,6 @@ def _operator_view(r: int, ops: Columns, api: Columns, a_sync: np.ndarray | None
         launch = ~startup_calls(api) & (~a_sync if a_sync is not None else True)
         view["launch_operators"] = launch_operators(r, ops, api, launch, windows)
     return view
-
-
-def _large_pageable(memcpy: Columns) -> tuple[np.ndarray, dict[str, np.ndarray] | None]:
-    """The host-device copies of at least 64 KiB from or to pageable memory (the
-    ``copies.pageable`` rule's; pinning a 4-byte ``.item()`` read gains nothing): a bool array
-    over ``memcpy``'s rows, and their ``start_ns``, ``dur_ns``, ``bytes`` (int64; None when
-    there are none)."""
-    none = np.zeros(n_rows(memcpy), dtype=bool)
-    if n_rows(memcpy) == 0 or "pageable" not in memcpy:
-        return none, None
-    kind = name_values(memcpy["copy_kind"])
-    nbytes = pd.to_numeric(pd.Series(memcpy["bytes"], copy=False), errors="coerce").fillna(0).to_numpy(np.int64)
-    mask = bools(memcpy["pageable"]) & np.isin(kind, ("H2D", "D2H")) & (nbytes >= LARGE_COPY_BYTES)
-    if not mask.any():
-        return mask, None
-    return mask, {"start_ns": as_i64(memcpy["start_ns"])[mask], "dur_ns": as_i64(memcpy["dur_ns"])[mask], "bytes": nbytes[mask]}
-
-
-def _copy_calls(api: Columns, memcpy: Columns, mask: np.ndarray) -> np.ndarray:
-    """A bool array over ``api``'s rows: the calls that launched the copies ``mask`` selects."""
-    if n_rows(api) == 0 or not mask.any():
-        return np.zeros(n_rows(api), dtype=bool)
-    found, _ = KeyIndex(as_key(memcpy["correlation"])[mask]).find(as_key(api["correlation"]))
-    return found
 
 
 def what_if_rows(steps: pd.DataFrame, layers: dict[str, Intervals], pageable: dict[str, np.ndarray] | None) -> pd.DataFrame:
@@ -563,11 +539,6 @@ def _steps_rows(w: dict[str, np.ndarray], layers: dict[str, tuple[np.ndarray, np
     calls, idle = post_sync_idle_columns(ws, we, busy, merge(*layers["host_sync"]))
     return pd.DataFrame({**w, **bucket_columns(ws, we, layers), "sync_calls": calls, "post_sync_idle_ns": idle,
                          "startup_api_ns": covered_ns(ws, we, *layers.get("startup", EMPTY))})
-
-
-
-
-LARGE_COPY_BYTES = 64 << 10
 
 
 def copy_summary(memcpy: pd.DataFrame | Columns, copy_kind: Any = None, with_codes: bool = False) -> pd.DataFrame:

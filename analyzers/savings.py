@@ -19,8 +19,11 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
-from perfscope.analyzers.intervals import I64, as_i64, covered_ns, intersect, merge
+from perfscope.analyzers.classify import name_values
+from perfscope.analyzers.columns import Columns, bools, n_rows
+from perfscope.analyzers.intervals import I64, KeyIndex, as_i64, as_key, covered_ns, intersect, merge
 
 Intervals = tuple[np.ndarray, np.ndarray]
 NO_ESTIMATE = "none"  # the saving_model of a finding that claims no saving
@@ -37,6 +40,9 @@ PCIE_LANE_GBPS = {1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938, 6: 7.563}
 PCIE_EFFICIENCY = 0.8
 # Pinned copies this large measure bandwidth; smaller ones mostly measure their latency.
 BANDWIDTH_COPY_BYTES = 1 << 20
+# Pageable copies at least this large are the copies.pageable rule's (pinning a 4-byte
+# .item() read gains nothing); the copies table's `large` flag uses the same bound.
+LARGE_COPY_BYTES = 64 << 10
 
 
 def _col(steps: Mapping[str, Any], name: str) -> np.ndarray:
@@ -207,6 +213,30 @@ def pinned_bandwidth(copies: Any, pcie_gen: int | None, pcie_width: int | None, 
     return None
 
 
-__all__ = ["MODELS", "NO_ESTIMATE", "PCIE_LANE_GBPS", "bandwidth_restored", "comm_compressed", "comm_overlapped", "copies_overlapped",
+def large_pageable_copies(memcpy: Columns) -> tuple[np.ndarray, dict[str, np.ndarray] | None]:
+    """The host-device copies of at least 64 KiB from or to pageable memory (the
+    ``copies.pageable`` rule's; pinning a 4-byte ``.item()`` read gains nothing): a bool array
+    over ``memcpy``'s rows, and their ``start_ns``, ``dur_ns``, ``bytes`` (int64; None when
+    there are none)."""
+    none = np.zeros(n_rows(memcpy), dtype=bool)
+    if n_rows(memcpy) == 0 or "pageable" not in memcpy:
+        return none, None
+    kind = name_values(memcpy["copy_kind"])
+    nbytes = pd.to_numeric(pd.Series(memcpy["bytes"], copy=False), errors="coerce").fillna(0).to_numpy(np.int64)
+    mask = bools(memcpy["pageable"]) & np.isin(kind, ("H2D", "D2H")) & (nbytes >= LARGE_COPY_BYTES)
+    if not mask.any():
+        return mask, None
+    return mask, {"start_ns": as_i64(memcpy["start_ns"])[mask], "dur_ns": as_i64(memcpy["dur_ns"])[mask], "bytes": nbytes[mask]}
+
+
+def copy_calls(api: Columns, memcpy: Columns, mask: np.ndarray) -> np.ndarray:
+    """A bool array over ``api``'s rows: the calls that launched the copies ``mask`` selects."""
+    if n_rows(api) == 0 or not mask.any():
+        return np.zeros(n_rows(api), dtype=bool)
+    found, _ = KeyIndex(as_key(memcpy["correlation"])[mask]).find(as_key(api["correlation"]))
+    return found
+
+
+__all__ = ["LARGE_COPY_BYTES", "MODELS", "copy_calls", "large_pageable_copies", "NO_ESTIMATE", "PCIE_LANE_GBPS", "bandwidth_restored", "comm_compressed", "comm_overlapped", "copies_overlapped",
            "fp32_on_tensor_cores", "host_idle_removed", "loader_wait_removed", "pageable_copy_columns", "pinned_bandwidth",
            "pinned_copies", "sync_removed"]
