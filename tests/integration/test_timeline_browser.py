@@ -13,13 +13,13 @@ Set ``PERFSCOPE_SCREENSHOTS=/some/dir`` to save screenshots.
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from browser_fixtures import serving
 from dashboard_fixtures import EVIL_KERNEL, NCCL_KERNEL, NCCL_STREAM, analysis_for, make_run
 import test_dashboard_browser
 from test_dashboard_browser import TIMEOUT_MS, _shot, _tab, _zoom
@@ -34,20 +34,11 @@ LANES = ["NVTX default", "host: dataloader_wait", "host: optimizer_step", "strea
 
 @pytest.fixture(scope="module")
 def server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    from werkzeug.serving import make_server
-
     from perfscope.dashboards.app import create_app
 
     run = make_run(tmp_path_factory.mktemp("tl") / "three.perfscope", ranks=3, steps=4)
-    app = create_app([str(run.path), str(H200)], analyze=analysis_for)
-    server = make_server("127.0.0.1", 0, app.server, threaded=True)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_port}/"
-    finally:
-        server.shutdown()
-        thread.join(timeout=5)
+    with serving(create_app([str(run.path), str(H200)], analyze=analysis_for)) as url:
+        yield url
 
 
 @pytest.fixture()
