@@ -103,6 +103,8 @@ def test_all_ranks_aligned_with_real_lane_names_and_a_zoom_that_keeps_the_spanni
 
 def test_search_outlines_the_named_kernel(page: Any) -> None:
     title = _open_timeline(page)
+    # Type once no callback is pending, as a user would after seeing the figure.
+    page.wait_for_function("() => !document.querySelector('[data-dash-is-loading=\"true\"]')")
     page.fill("#tl-search", EVIL_KERNEL)
     page.press("#tl-search", "Enter")
     page.locator("#tl-graph .gtitle", has_text="matches for").wait_for()
