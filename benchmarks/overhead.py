@@ -115,25 +115,38 @@ def tiny_loop(torch: Any, launches: int, reps: int = 5) -> Callable[[], float]:
     return run
 
 
-def transformer(torch: Any, steps: int) -> Callable[[], float]:
-    """Median milliseconds per training step over ``steps`` steps (each synchronised)."""
-    one = transformer_step(torch)
+def transformer(torch: Any, steps: int, enqueue: bool = False, small: bool = False) -> Callable[[], float]:
+    """Median milliseconds per training step over ``steps`` steps (each synchronised), or
+    with ``enqueue`` the median host time to launch a step's work (see :func:`transformer_step`).
+    With ``small``, the same step on tiny shapes and the *fastest* of the steps: see
+    :func:`transformer_step`."""
+    one = transformer_step(torch, enqueue, small)
 
     def run() -> float:
-        return statistics.median(one() for _ in range(steps))
+        times = [one() for _ in range(steps)]
+        return min(times) if small else statistics.median(times)
 
     return run
 
 
-def transformer_step(torch: Any) -> Callable[[], float]:
-    """One synchronised training step of the 8-layer encoder (after 5 warm-up steps): its ms."""
+def transformer_step(torch: Any, enqueue: bool = False, small: bool = False) -> Callable[[], float]:
+    """One synchronised training step of the 8-layer encoder (after 5 warm-up steps): its ms,
+    or with ``enqueue`` the ms from its start until its last launch returned (before the
+    synchronisation; on the H200 the step is bound by the host, enqueue time close to the step).
+
+    ``small`` builds the same model on tiny shapes (width 64, batch 2 x 16 tokens): the same
+    ~600 kernels and the same API calls per step (cuBLAS, memsets, copies), each kernel
+    microseconds long, so the step is the host's launch work alone and the fastest of a few
+    steps resolves a fraction of a microsecond per launch, which the full step's spread on a
+    shared host (about +-10 %) cannot."""
     import torch.nn as nn
 
     torch.manual_seed(0)
-    layer = nn.TransformerEncoderLayer(1024, 16, 4096, dropout=0.1, batch_first=True)
+    width, heads, ff, batch, seq = (64, 4, 128, 2, 16) if small else (1024, 16, 4096, 8, 512)
+    layer = nn.TransformerEncoderLayer(width, heads, ff, dropout=0.1, batch_first=True)
     model = nn.TransformerEncoder(layer, 8, enable_nested_tensor=False).cuda()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    x = torch.randn(8, 512, 1024, device="cuda")
+    x = torch.randn(batch, seq, width, device="cuda")
 
     def one() -> float:
         t0 = time.perf_counter()
@@ -143,8 +156,9 @@ def transformer_step(torch: Any) -> Callable[[], float]:
         loss = y.float().pow(2).mean()
         loss.backward()
         opt.step()
+        t1 = time.perf_counter()
         torch.cuda.synchronize()
-        return (time.perf_counter() - t0) * 1e3  # ms
+        return ((t1 if enqueue else time.perf_counter()) - t0) * 1e3  # ms
 
     for _ in range(5):
         one()
@@ -212,6 +226,8 @@ class _CountingWriter:
 PAIRED_ARMS: dict[str, dict[str, Any] | None] = {
     "perfscope": {},  # the defaults: what `perfscope record` and perfscope.profile use
     "perfscope_activity": {"api_source": "activity"},  # API records from CUPTI's RUNTIME/DRIVER kinds
+    "perfscope_nouvm": {"kinds": ("kernel", "memcpy", "memset", "sync", "runtime", "driver", "nvtx")},
+    "perfscope_lean": {"kinds": ("kernel", "memcpy", "memset", "sync", "runtime", "driver")},  # no NVTX, no UVM
     "perfscope_runtime": {"kinds": ("kernel", "memcpy", "memset", "sync", "runtime", "nvtx")},  # no driver calls
     "perfscope_noapi": {"kinds": ("kernel", "memcpy", "memset", "sync", "nvtx")},
     "perfscope_kernel": {"kinds": ("kernel",)},
@@ -260,6 +276,7 @@ def paired(name: str, block: Callable[[], float], arms: list[str], pairs: int) -
                 a["sink_ns"] += st["overhead"]["sink_callback_ns"]
                 a["records"] += sum(v["kept"] for v in st["records"].values())
                 a["api_source"] = st.get("api_source")
+                a["last_records"] = {k: v["kept"] for k, v in st["records"].items()}
             a["ratios"].append(vals[True] / vals[False])
             a["on"].append(vals[True])
             a["off"].append(vals[False])
@@ -275,7 +292,8 @@ def paired(name: str, block: Callable[[], float], arms: list[str], pairs: int) -
         if PAIRED_ARMS[arm] is not None and a["on_ns"]:
             r.update({"decode_share": a["decode_ns"] / a["on_ns"], "sink_share": a["sink_ns"] / a["on_ns"],
                       "decode_ns_per_record": a["decode_ns"] / max(a["records"], 1),
-                      "records_per_block": a["records"] / pairs, "api_source": a["api_source"]})
+                      "records_per_block": a["records"] / pairs, "api_source": a["api_source"],
+                      "last_block_records": a.get("last_records")})
         out[arm] = r
         print(f"  paired {name} {arm:18s}: ratio median {r['ratio_median']:.4f} [IQR {r['ratio_q1']:.4f} .. "
               f"{r['ratio_q3']:.4f}], on {r['on_median']:.3f} off {r['off_median']:.3f} "
@@ -307,6 +325,12 @@ def run_paired(torch: Any, args: argparse.Namespace, result: dict[str, Any]) -> 
     if "transformer" not in args.skip:
         step = transformer(torch, 4)  # median of 4 steps per block
         res["transformer_step_ms"] = paired("step", step, arms, max(args.pairs // 2, 6))
+        if args.enqueue:
+            enq = transformer(torch, 4, enqueue=True)
+            res["transformer_enqueue_ms"] = paired("enqueue", enq, arms, max(args.pairs // 2, 6))
+    if args.small_step:
+        small = transformer(torch, 8, small=True)  # fastest of 8 steps per block
+        res["small_step_ms"] = paired("small step", small, arms, args.pairs)
     result["paired"] = res
 
 
@@ -319,6 +343,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--paired", action="store_true", help="paired on/off blocks instead of interleaved rounds")
     ap.add_argument("--pairs", type=int, default=40)
+    ap.add_argument("--small-step", action="store_true",
+                    help="--paired: also the step on tiny shapes (per-launch cost with the step's API mix)")
+    ap.add_argument("--enqueue", action="store_true",
+                    help="--paired: also the host's time to launch a step (less noisy than the step)")
     ap.add_argument("--arms", default="perfscope,torch",
                     help=f"--paired: comma-separated arms, from {','.join(PAIRED_ARMS)}")
     args = ap.parse_args(argv)
