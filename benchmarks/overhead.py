@@ -231,6 +231,7 @@ PAIRED_ARMS: dict[str, dict[str, Any] | None] = {
     "perfscope_runtime": {"kinds": ("kernel", "memcpy", "memset", "sync", "runtime", "nvtx")},  # no driver calls
     "perfscope_noapi": {"kinds": ("kernel", "memcpy", "memset", "sync", "nvtx")},
     "perfscope_kernel": {"kinds": ("kernel",)},
+    "perfscope_paused": {"_paused": True},  # the defaults, paused as between a schedule's windows
     "torch": None,
 }
 
@@ -266,8 +267,10 @@ def paired(name: str, block: Callable[[], float], arms: list[str], pairs: int) -
                         vals[on] = block()
                         a["on_ns"] += time.perf_counter_ns() - t0
                     continue
-                coll = CuptiCollector(_CountingWriter(), **kw)
+                coll = CuptiCollector(_CountingWriter(), **{k: v for k, v in kw.items() if k != "_paused"})
                 coll.start()
+                if kw.get("_paused"):
+                    coll.pause()
                 t0 = time.perf_counter_ns()
                 vals[on] = block()
                 a["on_ns"] += time.perf_counter_ns() - t0

@@ -216,16 +216,26 @@ def run_arm(arm: str, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
 
 
 def cross_process(args: argparse.Namespace) -> dict[str, Any]:
+    """Every arm in a fresh process, ``--rounds`` rounds in rotating order (starting at
+    round ``--first-round``, so a run split over several calls keeps the rotation)."""
     arms = [a for a in ARMS if a in args.arms.split(",")]
     rounds: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="recorder-overhead-") as d:
-        for r in range(args.rounds):
+        for r in range(args.first_round, args.first_round + args.rounds):
             order = arms[r % len(arms):] + arms[:r % len(arms)]
             res = {a: run_arm(a, args, Path(d)) for a in order}
             rounds.append(res)
             print(f"  round {r}: " + ", ".join(
                 f"{a} {v['us_per_launch']:.2f}us {v['step_ms']:.2f}ms {v['loop_s']:.2f}s ({v['wall_s']:.1f}s)"
                 for a, v in res.items()), flush=True)
+    return summarize(rounds, arms)
+
+
+def summarize(rounds: list[dict[str, Any]], arms: list[str]) -> dict[str, Any]:
+    """Per arm, medians over rounds of its figures and of their difference and ratio to the
+    same round's ``none`` process (``us_per_launch``, ``step_ms``, ``*_delta``, ``*_ratio``,
+    ``*_ratio_range``; for ``sched`` the whole loop's ratio and its active steps), extra peak
+    RSS in MB, and what the recordings say of themselves (API source, drops, windows)."""
     out: dict[str, Any] = {"rounds": rounds, "arms": {}}
     for a in arms:
         vals = [rd[a] for rd in rounds]
@@ -263,10 +273,10 @@ def cross_process(args: argparse.Namespace) -> dict[str, Any]:
 def paired(args: argparse.Namespace) -> dict[str, Any]:
     """benchmarks/overhead.py --paired in fresh processes: perfscope + kernels-only, then torch."""
     res: dict[str, Any] = {}
-    for name, arms in (("cupti", "perfscope,perfscope_kernel"), ("torch", "torch")):
+    for name, arms in (("cupti", "perfscope,perfscope_kernel,perfscope_paused"), ("torch", "torch")):
         out = Path(args.out) / f"paired_{name}"
         subprocess.run([sys.executable, str(HERE / "overhead.py"), "--paired", "--pairs", str(args.pairs),
-                        "--arms", arms, "--out", str(out)], check=True, timeout=600)
+                        "--small-step", "--arms", arms, "--out", str(out)], check=True, timeout=600)
         data = json.loads((out / "overhead.json").read_text())["paired"]
         res.update({f"{workload}/{arm}": v for workload, per_arm in data.items() for arm, v in per_arm.items()})
     return res
@@ -284,12 +294,15 @@ def table(cross: dict[str, Any], pair: dict[str, Any], cyc: dict[str, Any]) -> s
         rows.append(f"| {a} | {f['us_per_launch']:.2f} ({f['us_per_launch_delta']:+.2f}) | {f['step_ms']:.2f} "
                     f"({f['step_ms_delta']:+.2f}, {f['step_ms_ratio']:.3f}) | {whole} | {f['extra_rss_mb']:+.0f} MB | "
                     f"{','.join(f.get('api_sources', [])) or ''} | {f.get('dropped_max', '')} |")
-    rows += ["", "| in-process, paired | tiny: Δ µs/launch (ratio) | step: Δ ms (ratio) | API records |", "| --- | --- | --- | --- |"]
-    for arm in ("perfscope", "perfscope_kernel", "torch"):
+    rows += ["", "| in-process, paired | tiny: Δ µs/launch (ratio) | step: Δ ms (ratio) | small step: Δ µs (ratio) "
+             "| API records |", "| --- | --- | --- | --- | --- |"]
+    for arm in ("perfscope", "perfscope_kernel", "perfscope_paused", "torch"):
         t, s = pair.get(f"tiny_us_per_launch/{arm}"), pair.get(f"transformer_step_ms/{arm}")
+        m = pair.get(f"small_step_ms/{arm}")
+        small = f"{m['delta_median'] * 1e3:+.0f} ({m['ratio_median']:.3f})" if m else ""
         if t and s:
             rows.append(f"| {arm} | {t['delta_median']:+.2f} ({t['ratio_median']:.3f}) | {s['delta_median']:+.2f} "
-                        f"({s['ratio_median']:.3f}) | {t.get('api_source') or ''} |")
+                        f"({s['ratio_median']:.3f}) | {small} | {t.get('api_source') or ''} |")
     if cyc:
         rows += ["", f"| in-process, paired blocks of {cyc['steps_per_block']} steps | ratio, median [IQR] | API records | "
                  "windows | kernels (outside windows) | dropped |", "| --- | --- | --- | --- | --- | --- |"]
@@ -315,6 +328,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pairs", type=int, default=20, help="pairs of the in-process arms (0: skip them)")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--cycle-pairs", type=int, default=8, help="pairs of one-cycle blocks in one process (0: skip)")
+    ap.add_argument("--first-round", type=int, default=0,
+                    help="number of the first round (to split the rounds over several calls and --merge them)")
+    ap.add_argument("--merge", nargs="+", metavar="JSON",
+                    help="summarise the rounds (and paired and cycle stages) of earlier runs' recorder_overhead.json")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--cycle-worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--json", help=argparse.SUPPRESS)
@@ -329,6 +346,8 @@ def main(argv: list[str] | None = None) -> int:
     if "none" not in args.arms.split(","):
         raise SystemExit("--arms must include none: every figure is relative to it")
     Path(args.out).mkdir(parents=True, exist_ok=True)
+    if args.merge:
+        return merge(args)
     t0 = time.time()
     result: dict[str, Any] = {"args": vars(args), "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t0)),
                               "cycle": {}, "paired": {}, "cross_process": {"arms": {}}}
@@ -340,6 +359,24 @@ def main(argv: list[str] | None = None) -> int:
             result["seconds"] = time.time() - t0
             (Path(args.out) / "recorder_overhead.json").write_text(json.dumps(result, indent=1, default=str))
     print()
+    print(table(result["cross_process"], result["paired"], result["cycle"]))
+    return 0
+
+
+def merge(args: argparse.Namespace) -> int:
+    """Summarise the cross-process rounds of several runs as one (each stage's other parts
+    taken from the last file that has them) into ``--out``/recorder_overhead.json."""
+    parts = [json.loads(Path(f).read_text()) for f in args.merge]
+    rounds = [rd for p in parts for rd in p["cross_process"].get("rounds", [])]
+    arms = [a for a in ARMS if rounds and all(a in rd for rd in rounds)]
+    result: dict[str, Any] = {"merged": list(args.merge), "cycle": {}, "paired": {},
+                              "cross_process": summarize(rounds, arms) if rounds else {"arms": {}}}
+    for p in parts:
+        for key in ("cycle", "paired"):
+            if p.get(key):
+                result[key] = p[key]
+    (Path(args.out) / "recorder_overhead.json").write_text(json.dumps(result, indent=1, default=str))
+    print(f"{len(rounds)} rounds from {len(parts)} files")
     print(table(result["cross_process"], result["paired"], result["cycle"]))
     return 0
 
