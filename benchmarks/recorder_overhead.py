@@ -104,13 +104,19 @@ def cycle_worker(args: argparse.Namespace) -> None:
     arms = {"profile_schedule": args.schedule, "profile_all": None}
     acc: dict[str, dict[str, list[float]]] = {a: {"ratios": [], "on": [], "off": []} for a in arms}
     tmp = Path(tempfile.mkdtemp(prefix="cycle-"))
+    step_calls: list[float] = []
 
     def block(prof: Any) -> float:
         t0 = time.perf_counter()
+        in_step = 0.0
         for _ in range(n):
             step()
             if prof is not None:
-                prof.step()
+                t1 = time.perf_counter()
+                prof.step()  # the recorder's own work at step boundaries (window changes included)
+                in_step += time.perf_counter() - t1
+        if prof is not None:
+            step_calls.append(in_step)
         return time.perf_counter() - t0
 
     for i in range(args.cycle_pairs):
@@ -126,6 +132,7 @@ def cycle_worker(args: argparse.Namespace) -> None:
                 if i == 0:
                     acc[arm]["meta"] = _run_facts(tmp / f"{arm}-{i}")  # type: ignore[assignment]
                 shutil.rmtree(tmp / f"{arm}-{i}", ignore_errors=True)
+            acc[arm].setdefault("step_call_s", []).append(step_calls.pop())
             acc[arm]["ratios"].append(vals[True] / vals[False])
             acc[arm]["on"].append(vals[True])
             acc[arm]["off"].append(vals[False])
@@ -162,7 +169,8 @@ def cycle(args: argparse.Namespace) -> dict[str, Any]:
         q = statistics.quantiles(a["ratios"], n=4) if len(a["ratios"]) > 1 else [a["ratios"][0]] * 3
         out[arm] = {"ratio_median": statistics.median(a["ratios"]), "ratio_q1": q[0], "ratio_q3": q[2],
                     "on_median_s": statistics.median(a["on"]), "off_median_s": statistics.median(a["off"]),
-                    "pairs": len(a["ratios"]), "meta": a.get("meta")}
+                    "pairs": len(a["ratios"]), "meta": a.get("meta"),
+                    "step_call_s_median": statistics.median(a["step_call_s"]) if a.get("step_call_s") else None}
         print(f"  cycle {arm:17s}: ratio median {out[arm]['ratio_median']:.4f} [IQR {q[0]:.4f} .. {q[2]:.4f}]", flush=True)
     return out
 
