@@ -1,0 +1,99 @@
+"""What CUPTI still costs the training step once perfscope's collector is paused or stopped.
+
+    python benchmarks/pause_cost.py [--kinds default|nouvm|kernel] [--finalize] [--blocks 4] [--steps 10]
+
+In one process, the 8-layer transformer step of ``overhead.py`` is timed in phases, each
+``--blocks`` blocks of the median of ``--steps`` steps: ``before`` (CUPTI never used),
+``active`` (the collector recording), ``paused`` (:meth:`CuptiCollector.pause`, as between
+a schedule's windows), ``stopped`` (after :meth:`CuptiCollector.stop`, which disables every
+kind and unsubscribes but does not call ``cuptiFinalize``).  With ``--finalize``, then
+``finalized`` (after ``cupti.finalize()``), ``active_again`` (a new collector after the
+finalize: does CUPTI come back, and does it record?) and ``torch_after`` (whether
+torch.profiler still records GPU events in this process afterwards).
+
+Prints one line per phase (median step ms of its blocks, ratio to ``before``) and writes
+``pause_cost_<kinds>.json`` to ``--out`` (or ``$OUT``).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+KINDS = {
+    "default": None,
+    "nouvm": ("kernel", "memcpy", "memset", "sync", "runtime", "driver", "nvtx"),
+    "kernel": ("kernel",),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--kinds", choices=list(KINDS), default="default")
+    ap.add_argument("--finalize", action="store_true")
+    ap.add_argument("--blocks", type=int, default=4)
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    args = ap.parse_args(argv)
+
+    import torch
+
+    sys.path.insert(0, str(HERE))
+    from overhead import _CountingWriter, transformer_step
+
+    from perfscope.collectors.cupti import CuptiCollector
+
+    step = transformer_step(torch)
+    phases: dict[str, Any] = {}
+
+    def phase(name: str) -> None:
+        blocks = [statistics.median(step() for _ in range(args.steps)) for _ in range(args.blocks)]
+        phases[name] = {"block_ms": blocks, "median_ms": statistics.median(blocks)}
+        base = phases["before"]["median_ms"]
+        print(f"  {args.kinds:8s} {name:13s} {phases[name]['median_ms']:7.2f} ms ({phases[name]['median_ms'] / base:.3f})",
+              flush=True)
+
+    kw: dict[str, Any] = {} if KINDS[args.kinds] is None else {"kinds": KINDS[args.kinds]}
+    phase("before")
+    coll = CuptiCollector(_CountingWriter(), **kw)
+    coll.start()
+    phase("active")
+    coll.pause()
+    phase("paused")
+    phase("paused_later")
+    stats = coll.stop()
+    phases["records_kept"] = {k: v["kept"] for k, v in stats["records"].items()}
+    phase("stopped")
+    if args.finalize:
+        from cupti import cupti
+
+        torch.cuda.synchronize()
+        cupti.finalize()
+        phase("finalized")
+        again = CuptiCollector(_CountingWriter(), **kw)
+        again.start()
+        phase("active_again")
+        st = again.stop()
+        phases["records_kept_again"] = {k: v["kept"] for k, v in st["records"].items()}
+        torch.cuda.synchronize()
+        cupti.finalize()
+        phase("finalized_again")
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            step()
+        phases["torch_after_gpu_events"] = sum(1 for e in prof.events() if e.device_type.name == "CUDA")
+        print(f"  torch.profiler afterwards: {phases['torch_after_gpu_events']} GPU events", flush=True)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"pause_cost_{args.kinds}.json").write_text(json.dumps(phases, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
