@@ -373,6 +373,24 @@ def test_plugin_loaded_paused_waits_for_set_level(build: dict[str, Path], tmp_pa
     assert (ev["start_ns"] >= s["t_resume"]).all()
 
 
+def test_ingest_leaves_out_the_operations_of_a_warmup(build: dict[str, Path], tmp_path: Path) -> None:
+    # GIVEN a run whose rank file says everything before the pause was a warm-up
+    from perfscope.collectors.nccl.env import ingest_dir
+    from perfscope.store import create_run, open_run, write_rank_meta
+
+    s = run_harness(build, tmp_path / "out", "pause", 1, 5, level=1)
+    run = tmp_path / "run"
+    create_run(run, source="profile")
+    write_rank_meta(run, 0, {"rank": 0, "status": "complete", "windows": [
+        {"first_step": 3, "last_step": 4, "warmup_start_ns": 0, "start_ns": s["t_pause"], "end_ns": None, "request": None}]})
+    ingest_dir(tmp_path / "out", run)
+    # THEN only the operations enqueued after it are tables, with their channels
+    r = open_run(run)
+    after = [3000, 3001, 3002, 3003, 3004]
+    assert sorted(r.table("collectives")["seq"]) == after
+    assert sorted(r.table("nccl_channels")["seq"]) == after
+
+
 def test_write_cut_short_keeps_later_records_aligned(build: dict[str, Path], tmp_path: Path) -> None:
     # RLIMIT_FSIZE cuts a flush in the middle of a record (as a full disk does); records
     # flushed after the limit is lifted must still start on a 128-byte boundary.
