@@ -66,6 +66,7 @@ class Publisher:
         self.rank = int(rank)
         self.folder = segments.rank_folder(self.run_path, rank)
         self._manifest: integrity.ManifestWriter | None = None
+        self._next: dict[Path, int] = {}  # table folder -> the part number to try first
 
     def stage(self, key: str) -> RankWriter:
         """A writer of batch ``key``'s tables into a fresh stage (step 1); close it, then :meth:`commit`."""
@@ -117,7 +118,8 @@ class Publisher:
         final = _linked_from(staged, folder) if staged.stat().st_nlink > 1 else None
         if final is None:
             folder.mkdir(parents=True, exist_ok=True)
-            final = _link_into(staged, folder)
+            final = _link_into(staged, folder, self._next.get(folder))
+            self._next[folder] = int(_PART.match(final.name).group(1)) + 1  # type: ignore[union-attr]
         if self._manifest is None:
             self._manifest = integrity.ManifestWriter(self.run_path, self.rank)
         self._manifest.add(integrity.PartEntry(integrity.part_key(entry.table, self.rank, final.name), entry.table,
@@ -150,11 +152,14 @@ def _append_line(path: Path, text: str) -> None:
         os.close(fd)
 
 
-def _link_into(staged: Path, folder: Path) -> Path:
-    """Give ``staged`` the first free ``part-NNNNN.parquet`` name in ``folder``; never
-    replaces a part another writer of the rank (the training process) published."""
-    nums = [int(m.group(1)) for p in folder.iterdir() if (m := _PART.match(p.name))]
-    n = max(nums) + 1 if nums else 0
+def _link_into(staged: Path, folder: Path, first: int | None = None) -> Path:
+    """Give ``staged`` the first free ``part-NNNNN.parquet`` name in ``folder`` from ``first``
+    on (None: after the highest there); never replaces a part another writer of the rank
+    (the training process) published."""
+    if first is None:
+        nums = [int(m.group(1)) for p in folder.iterdir() if (m := _PART.match(p.name))]
+        first = max(nums) + 1 if nums else 0
+    n = first
     while True:
         final = folder / f"part-{n:05d}.parquet"
         try:

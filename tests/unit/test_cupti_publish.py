@@ -69,9 +69,9 @@ KILLS = {
 
 
 @pytest.mark.parametrize("kill", list(KILLS))
-def test_recover_after_a_decoder_killed_mid_publish_yields_every_record_once(writing, kill: str,
+def test_recover_after_a_decoder_killed_mid_publish_yields_every_record_once(writing, kill: str,  # noqa: F811
                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    sink, folder = writing
+    sink, folder = writing  # noqa: F811
     run = folder.parents[1]
     for names, start in SEGMENTS:
         _feed(sink, names, start)
@@ -109,8 +109,8 @@ def test_recover_after_a_decoder_killed_mid_publish_yields_every_record_once(wri
 
 
 def test_a_restarted_decoder_finishes_the_journaled_batch_without_decoding_it_again(
-        writing, monkeypatch: pytest.MonkeyPatch) -> None:
-    sink, folder = writing
+        writing, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+    sink, folder = writing  # noqa: F811
     run = folder.parents[1]
     for names, start in SEGMENTS:
         _feed(sink, names, start)

@@ -70,10 +70,10 @@ def test_the_nccl_gate_resumes_to_the_level_set_while_recording(tmp_path: Path, 
 
 def test_no_gate_without_perfscope_s_plugin(tmp_path: Path, levels: list[int], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(PLUGIN_VAR, "/opt/their/libnccl-profiler.so")  # the user's own plugin: never touched
-    with pytest.warns(PerfscopeWarning, match="keeping it"):
-        with perfscope.profile(tmp_path / "r", schedule=SCHEDULE, cupti=False, nvml=False) as prof:
-            for _ in range(6):
-                prof.step()
+    with pytest.warns(PerfscopeWarning, match="keeping it"), \
+            perfscope.profile(tmp_path / "r", schedule=SCHEDULE, cupti=False, nvml=False) as prof:
+        for _ in range(6):
+            prof.step()
     assert levels == [] and PAUSED_VAR not in os.environ
     assert "nccl_window" not in perfscope.open_run(tmp_path / "r").rank_meta(0)["collectors"]
 
