@@ -105,7 +105,6 @@ class RankDecoder:
         self.folder = segments.rank_folder(self.run_path, rank)
         self._writer = writer
         self._publisher = publish.Publisher(self.run_path, rank) if writer is None else None
-        self._resumed = False
         self._procs: dict[int, tuple[RecordStream, list[int]]] = {}  # pid -> (stream, [next seq])
         self._lock_fd: int | None = None
         self.segments = 0
@@ -132,11 +131,12 @@ class RankDecoder:
     def finish(self) -> None:
         """The recording is over and everything is decoded: remove the decoded segments,
         the lock and the folder (damaged segments stay, for inspection)."""
+        if self._publisher is not None:
+            self._publisher.resume()  # a batch a failed call left staged: finished, never dropped
+            self._publisher.clear()
         for seg in segments.list_segments(self.folder)[0]:
             if seg.decoded:
                 seg.path.unlink(missing_ok=True)
-        if self._publisher is not None:
-            self._publisher.clear()
         self.close()
         (self.folder / LOCK_NAME).unlink(missing_ok=True)
         for d in (self.folder, self.folder.parent):
@@ -155,14 +155,14 @@ class RankDecoder:
     def decode_pending(self, *, final: bool = False) -> int:
         """Decode every whole segment not decoded yet, as one batch; with ``final`` (the
         writing processes have ended) also give up on unfinished ones, with a warning.
-        First, finish what a decoder killed before left journaled (see :mod:`.publish`).
+        First, finish what a decoder killed before (or a call that failed) left staged
+        (see :mod:`.publish`).
 
         Returns:
             the number of segments decoded by this call.
         """
         t0 = time.perf_counter_ns()
-        if self._publisher is not None and not self._resumed:
-            self._resumed = True
+        if self._publisher is not None:
             self._publisher.resume()
         found, tmps = segments.list_segments(self.folder)
         done: list[tuple[Path, bool]] = []  # (segment, holds names)

@@ -81,12 +81,14 @@ class Publisher:
         self._finish(batch)
 
     def resume(self) -> int:
-        """Finish the journaled batches a killed decoder left staged, and remove the stages
-        it left without a journal line; returns the batches finished."""
-        batches = {b.key: b for b in read_journal(self.folder / JOURNAL)}
+        """Finish the journaled batches a killed (or failed) decoder left staged, and remove
+        the stages it left without a journal line; returns the batches finished.  One
+        directory listing when there is nothing to do (the journal is read only then)."""
         stage_root = self.folder / STAGE
+        left = sorted(stage_root.iterdir()) if stage_root.is_dir() else []
+        batches = {b.key: b for b in read_journal(self.folder / JOURNAL)} if left else {}
         finished = 0
-        for where in sorted(stage_root.iterdir()) if stage_root.is_dir() else []:
+        for where in left:
             batch = batches.get(where.name)
             if batch is None:
                 _remove_stage(where)

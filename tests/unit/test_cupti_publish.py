@@ -144,3 +144,24 @@ def test_a_journal_line_cut_short_is_no_batch(tmp_path: Path) -> None:
         f.write(b'{"batch": "1-1", "segm')  # killed while appending
     assert [(b.key, b.segments) for b in publish.read_journal(j)] == [("1-0", (("1-00000000.cupti", True),))]
     assert os.path.getsize(j) > 0
+
+
+def test_finish_completes_a_batch_a_failed_call_left_staged(writing, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+    # GIVEN the launcher's decoder whose last call failed after journaling (a full disk, say):
+    # the launcher notes the error and finishes the rank all the same
+    sink, folder = writing  # noqa: F811
+    run = folder.parents[1]
+    for names, start in SEGMENTS:
+        _feed(sink, names, start)
+        sink.segments_cycle()
+    dec = decoder.RankDecoder(run, 0)
+    assert dec.acquire()
+    _kill_at(monkeypatch, integrity.ManifestWriter, "add", 4, False)
+    with pytest.raises(Killed):
+        dec.decode_pending(final=True)
+    monkeypatch.undo()
+    dec.finish()
+    # THEN the batch was published whole, once, and nothing is left to recover
+    got = sorted(zip(open_run(run).table("kernels")["name"].astype(str), open_run(run).table("kernels")["start_ns"]))
+    assert got == _expected(SEGMENTS)
+    assert not folder.exists()
