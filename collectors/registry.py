@@ -14,6 +14,8 @@ REGISTRY: tuple[CollectorSpec, ...] = (
     CollectorSpec("nccl", "perfscope.collectors.nccl.recording:NcclRecording", "job", option="nccl"),
     # decodes the CUPTI collector's segment files outside the training processes
     CollectorSpec("cupti_decode", "perfscope.collectors.cupti.decoding:CuptiDecoding", "job", option="cupti"),
+    # sets the NCCL plugin's level to 0 in the training process between a schedule's windows
+    CollectorSpec("nccl_window", "perfscope.collectors.nccl.recording:NcclWindow", "window", option="nccl", pausable=True),
     CollectorSpec("cupti", "perfscope.collectors.cupti.recording:CuptiRecording", "window", option="cupti", pausable=True),
     CollectorSpec("nvml", "perfscope.collectors.host.nvml:NvmlRecording", "window", option="nvml", pausable=True),
 )

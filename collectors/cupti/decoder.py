@@ -8,10 +8,12 @@ was killed.  Neither needs CUDA or cupti-python.
 
 Once the parts holding a segment's rows are published (and listed in the decoder's
 manifest) the segment is removed, or, when it holds names (a strings block) that later
-segments refer to, renamed ``*.decoded`` (a later decoder reads only its names); a decoder
-killed between the two would decode it again (the window is one writer flush).  When the
-recording is over (:meth:`RankDecoder.finish`) the folder is removed.  Each rank folder has
-a lock file, so two decoders never work on one rank at once.
+segments refer to, renamed ``*.decoded`` (a later decoder reads only its names).  The
+segments of one call of :meth:`RankDecoder.decode_pending` are one batch, staged, journaled
+and published by :class:`~perfscope.collectors.cupti.publish.Publisher` so that a decoder
+killed at any point neither loses a record nor makes a later decoder (``perfscope recover``)
+publish one twice.  When the recording is over (:meth:`RankDecoder.finish`) the folder is
+removed.  Each rank folder has a lock file, so two decoders never work on one rank at once.
 
 :func:`follow` is what the child decoder of ``perfscope.profile`` runs
 (``python -m perfscope.collectors.cupti.decodeproc``).
@@ -31,7 +33,7 @@ import pyarrow as pa
 
 from perfscope._steps import drop_rows, settled_warmups
 from perfscope.collectors.base import Writer
-from perfscope.collectors.cupti import decode, layouts, segments
+from perfscope.collectors.cupti import decode, layouts, publish, segments
 from perfscope.errors import CorruptRunError
 
 LOCK_NAME = ".lock"
@@ -92,8 +94,9 @@ class RankDecoder:
     Args:
         run_path: the run directory.
         rank: the rank whose folder (``raw/rank<R>``) is decoded.
-        writer: where batches go (default: a :class:`perfscope.store.RankWriter` of the
-            rank, made at the first batch and closed by :meth:`close`).
+        writer: where batches go, appended and flushed before the segments are retired
+            (tests); default: the run itself, each batch published exactly once (see
+            :mod:`perfscope.collectors.cupti.publish`).
     """
 
     def __init__(self, run_path: Path, rank: int, writer: Writer | None = None) -> None:
@@ -101,7 +104,7 @@ class RankDecoder:
         self.rank = int(rank)
         self.folder = segments.rank_folder(self.run_path, rank)
         self._writer = writer
-        self._own_writer = writer is None
+        self._publisher = publish.Publisher(self.run_path, rank) if writer is None else None
         self._procs: dict[int, tuple[RecordStream, list[int]]] = {}  # pid -> (stream, [next seq])
         self._lock_fd: int | None = None
         self.segments = 0
@@ -128,6 +131,9 @@ class RankDecoder:
     def finish(self) -> None:
         """The recording is over and everything is decoded: remove the decoded segments,
         the lock and the folder (damaged segments stay, for inspection)."""
+        if self._publisher is not None:
+            self._publisher.resume()  # a batch a failed call left staged: finished, never dropped
+            self._publisher.clear()
         for seg in segments.list_segments(self.folder)[0]:
             if seg.decoded:
                 seg.path.unlink(missing_ok=True)
@@ -140,24 +146,27 @@ class RankDecoder:
                 break  # not empty: another rank's folder, a damaged segment
 
     def close(self) -> None:
-        """Publish what is buffered (the writer's last parts) and release the lock."""
-        if self._own_writer and self._writer is not None:
-            self._writer.close()  # type: ignore[attr-defined]
+        """Release the lock (every batch is published by the call that decoded it)."""
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
 
     # -- decoding --
     def decode_pending(self, *, final: bool = False) -> int:
-        """Decode every whole segment not decoded yet; with ``final`` (the writing
-        processes have ended) also give up on unfinished ones, with a warning.
+        """Decode every whole segment not decoded yet, as one batch; with ``final`` (the
+        writing processes have ended) also give up on unfinished ones, with a warning.
+        First, finish what a decoder killed before (or a call that failed) left staged
+        (see :mod:`.publish`).
 
         Returns:
             the number of segments decoded by this call.
         """
         t0 = time.perf_counter_ns()
+        if self._publisher is not None:
+            self._publisher.resume()
         found, tmps = segments.list_segments(self.folder)
         done: list[tuple[Path, bool]] = []  # (segment, holds names)
+        out, key = self._writer, ""  # the batch's writer: the caller's, or a stage made at its first table
         for seg in found:
             stream, next_seq = self._procs.setdefault(seg.pid, (RecordStream(), [0]))
             if seg.seq < next_seq[0]:
@@ -170,23 +179,33 @@ class RankDecoder:
                 continue
             self._strings(stream, seg.path, blocks)
             if not seg.decoded:
-                self._decode(stream, header, blocks)
+                tables = self._decode(stream, header, blocks)
+                if tables and out is None and self._publisher is not None:
+                    key = f"{seg.pid}-{seg.seq}"
+                    out = self._publisher.stage(key)
+                for table, batch in tables.items():
+                    out.append(table, batch)  # type: ignore[union-attr]
                 done.append((seg.path, any(b.kind == segments.KIND_STRINGS for b in blocks)))
         if final:
             for tmp in tmps:
                 self._give_up(tmp, f"unfinished CUPTI segment {tmp.name} left out: its process was killed while "
                                    "writing it (at most one flush interval of records)")
-        flush = getattr(self._writer, "flush", None)
-        if done and flush is not None:
-            flush()
-        for p, names in done:
-            if names:
-                os.replace(p, p.with_name(p.name + segments.DECODED))
-            else:
-                os.unlink(p)
+        self._publish(out, key, done)
         self.segments += len(done)
         self.decode_ns += time.perf_counter_ns() - t0
         return len(done)
+
+    def _publish(self, out: Writer | None, key: str, done: list[tuple[Path, bool]]) -> None:
+        """Make the batch's rows part of the run, then retire its segments."""
+        if out is not None and out is not self._writer:
+            out.close()  # type: ignore[attr-defined]
+            self._publisher.commit(key, done)  # type: ignore[union-attr]
+            return
+        flush = getattr(out, "flush", None)
+        if done and flush is not None:
+            flush()
+        for path, names in done:
+            publish.retire(path, names)
 
     def _give_up(self, path: Path, why: str) -> None:
         self.damaged += 1
@@ -203,7 +222,9 @@ class RankDecoder:
                 self.warnings.append(f"names before {path.name} were lost with a damaged segment; "
                                      f"they read {LOST_STRING!r}")
 
-    def _decode(self, stream: RecordStream, header: segments.SegmentHeader, blocks: list[segments.Block]) -> None:
+    def _decode(self, stream: RecordStream, header: segments.SegmentHeader,
+                blocks: list[segments.Block]) -> dict[str, pa.Table]:
+        """One segment's record blocks as tables by name, without a settled warm-up's rows."""
         parts: dict[str, list[decode.Columns]] = {}
         for b in blocks:
             lay = layouts.LAYOUTS.get(b.kind)
@@ -216,15 +237,8 @@ class RankDecoder:
             self.records[lay.name] = self.records.get(lay.name, 0) + b.count
         raw = {name: decode.Columns.concat(cols) for name, cols in parts.items()}
         tables = stream.decode(raw, header.clock_offset_ns)
-        if tables and self._writer is None:
-            from perfscope.store.writer import RankWriter
-
-            # One part per table per decode call, at most 16 MB each (the writer's bound).
-            self._writer = RankWriter(self.run_path, self.rank, flush_interval_s=float("inf"))
         warmups = self._warmups() if tables else []
-        for table, batch in tables.items():
-            batch, _ = drop_rows(batch, warmups)
-            self._writer.append(table, batch)  # type: ignore[union-attr]
+        return {table: drop_rows(batch, warmups)[0] for table, batch in tables.items()}
 
     def _warmups(self) -> list[tuple[int, int | None]]:
         """The rank's schedule warm-ups whose end its metadata already gives (their rows are

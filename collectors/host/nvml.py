@@ -14,6 +14,12 @@ dropped after its first failure instead of being retried every tick; PCIe throug
 tick that overruns is skipped rather than queued.  The duration of every sample loop is
 kept in :meth:`NvmlSampler.stats`.
 
+Between a schedule's windows the sampler is paused (:attr:`NvmlSampler.paused`): its thread
+hands over the rows it holds and then sleeps until the next window (no NVML call, no
+wake-up), so the ``metrics`` table, like the others, holds the windows only (samples of a
+warm-up are dropped with its other rows).  A pause lands at the step boundary that ends a
+window, so a sample already under way may be stamped up to one NVML read later than it.
+
 Without NVML (no driver, no GPU, no ``pynvml``) the sampler is a no-op: after ``start()``
 ``available`` is False and ``reason`` says why, so CI and CPU-only jobs record without it.
 """
@@ -85,6 +91,8 @@ class NvmlSampler:
         self._rows: dict[str, list[Any]] = _empty_rows()
         self._lock = threading.Lock()
         self._stop = threading.Event()
+        self._running = threading.Event()  # clear while paused: the thread sleeps on it
+        self._running.set()
         self._thread: threading.Thread | None = None
         # None until start() has tried NVML; then True (sampling) or False (see ``reason``).
         self.available: bool | None = None
@@ -104,7 +112,18 @@ class NvmlSampler:
         self._append_errors: list[str] = []
         self._first_ts: int | None = None
         self._last_ts: int | None = None
-        self.paused = False  # between a schedule's windows: the thread ticks but reads nothing
+
+    @property
+    def paused(self) -> bool:
+        """True between a schedule's windows: nothing is sampled and the thread sleeps."""
+        return not self._running.is_set()
+
+    @paused.setter
+    def paused(self, value: bool) -> None:
+        if value:
+            self._running.clear()
+        else:
+            self._running.set()
 
     # -- life cycle -----------------------------------------------------------------------
     def start(self) -> NvmlSampler:
@@ -148,6 +167,7 @@ class NvmlSampler:
             return self.stats()
         self._stopped = True
         self._stop.set()
+        self._running.set()  # a paused thread wakes up to end
         if self._thread is not None:
             self._thread.join(timeout=max(5.0, 10 * self.interval_s))
         self._append()
@@ -170,16 +190,23 @@ class NvmlSampler:
 
     # -- sampling -------------------------------------------------------------------------
     def _run(self) -> None:
+        # The first sample one interval after start: a recording that starts between two
+        # windows pauses the sampler right after starting it, before anything is read.
+        self._stop.wait(self.interval_s)
         next_tick = time.monotonic()
         next_pcie = next_tick
         last_append = next_tick
         while not self._stop.is_set():
+            if self.paused:
+                self._append()  # the window's last rows, before a sleep that may be long
+                self._running.wait()
+                next_tick = next_pcie = last_append = time.monotonic()
+                continue
             t0 = time.perf_counter_ns()
             pcie = self.pcie_interval_s > 0 and time.monotonic() >= next_pcie
             if pcie:
                 next_pcie = time.monotonic() + self.pcie_interval_s
-            if not self.paused:
-                self.sample_once(pcie=pcie)
+            self.sample_once(pcie=pcie)
             dt = time.perf_counter_ns() - t0
             self._loops += 1
             self._loop_ns_total += dt
@@ -344,7 +371,7 @@ class NvmlRecording:
         """Nothing to do: the sampler hands rows to the writer about once a second."""
 
     def pause(self) -> None:
-        """Between a schedule's windows: sample nothing."""
+        """Between a schedule's windows: sample nothing (the thread sleeps)."""
         if self._sampler is not None:
             self._sampler.paused = True
 

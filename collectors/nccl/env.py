@@ -19,6 +19,8 @@ from perfscope.store.writer import write_rank_tables
 LEVEL_VAR = "PERFSCOPE_NCCL_LEVEL"
 DIR_VAR = "PERFSCOPE_NCCL_DIR"
 PLUGIN_VAR = "NCCL_PROFILER_PLUGIN"
+#: set (to 1) in a training process between a schedule's windows: the plugin loads paused
+PAUSED_VAR = "PERFSCOPE_NCCL_PAUSED"
 DEFAULT_LEVEL = 1
 RAW_DIR_NAME = "nccl_plugin"
 LEVELS = {
@@ -149,6 +151,8 @@ def ingest_dir(
     Writes ``collectives``, ``nccl_channels`` and ``proxy`` (those that have rows) for every
     rank found (or only ``ranks``), through the store's writer.  Call it once per run, after
     the job stopped (files of processes still running are read up to their last flush).
+    Operations of a schedule's warm-ups (the rank file's ``windows``) are left out, as the
+    other collectors' warm-up records are (:func:`drop_warmup_operations`).
 
     Returns:
         rows written per rank, all tables together (ranks without events are left out).
@@ -161,11 +165,53 @@ def ingest_dir(
         if rank < 0 or (wanted is not None and rank not in wanted):
             continue
         built = build_rank_tables(files)
-        if not built.tables:
+        tables = drop_warmup_operations(built.tables, _settled_warmups(run_path, rank))
+        if not tables:
             continue
-        rows = write_rank_tables(run_path, rank, built.tables)
+        rows = write_rank_tables(run_path, rank, tables)
         written[rank] = sum(rows.values())
     return written
 
 
-__all__ = ["configure_env", "ingest_dir", "summarize_dir", "default_dir", "LEVELS", "DEFAULT_LEVEL"]
+def _settled_warmups(run_path: str | os.PathLike[str], rank: int) -> list[tuple[int, int | None]]:
+    """The warm-ups of ``rank`` whose end its rank file gives (none: no file, no schedule)."""
+    from perfscope._steps import settled_warmups
+    from perfscope.store.meta import rank_meta_path, read_json
+
+    try:
+        return settled_warmups(read_json(rank_meta_path(Path(run_path), rank)).get("windows") or [])
+    except Exception:  # noqa: BLE001 - no or a half-written rank file: keep every row
+        return []
+
+
+def drop_warmup_operations(tables: dict[str, Any], intervals: list[tuple[int, int | None]]) -> dict[str, Any]:
+    """``tables`` (``build_rank_tables``'s DataFrames) without the operations the host
+    enqueued in one of ``intervals`` (``enqueue_ns``, else ``start_ns``: GPU times of an
+    operation launched in a warm-up may fall after it), nor their channel and proxy rows
+    (joined on ``comm_id``, ``func``, ``seq``).  Tables left empty are left out."""
+    coll = tables.get("collectives")
+    if not intervals or coll is None or not len(coll):
+        return tables
+    import numpy as np
+
+    from perfscope._steps import dropped_mask
+
+    def host_time(df: Any, col: str) -> Any:
+        return df[col].fillna(df["start_ns"]).fillna(-1).to_numpy(np.int64)
+
+    drop = dropped_mask(host_time(coll, "enqueue_ns"), intervals)
+    if not drop.any():
+        return tables
+    gone = set(zip(coll["comm_id"][drop], coll["func"][drop], coll["seq"][drop]))
+    out = {"collectives": coll[~drop].reset_index(drop=True)}
+    for name, col in (("nccl_channels", "host_start_ns"), ("proxy", "start_ns")):
+        df = tables.get(name)
+        if df is not None:
+            mine = np.fromiter((k in gone for k in zip(df["comm_id"], df["func"], df["seq"])), bool, len(df))
+            # rows tied to no operation (a proxy op of another process, PXN): their host time decides
+            loose = df["seq"].isna().to_numpy() & dropped_mask(host_time(df, col), intervals)
+            out[name] = df[~(mine | loose)].reset_index(drop=True)
+    return {k: v for k, v in out.items() if len(v)}
+
+
+__all__ = ["configure_env", "drop_warmup_operations", "ingest_dir", "summarize_dir", "default_dir", "LEVELS", "DEFAULT_LEVEL"]

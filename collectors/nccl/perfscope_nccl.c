@@ -410,6 +410,12 @@ static void setup_once(void) {
     g.init_rc = ncclSuccess; /* off: load, ask for nothing, write nothing */
     return;
   }
+  if (env_long("PERFSCOPE_NCCL_PAUSED", 0, 0, 1)) {
+    /* Loaded between two windows of a schedule: buffers for the level asked for, but no
+     * event until perfscope_nccl_set_level resumes (the recorder's gate knows the level). */
+    g.level = 0;
+    g.mask = 0;
+  }
 
   /* Memory: a quarter of the budget for live event slots, the rest for the record ring. */
   uint64_t budget = (uint64_t)env_long("PERFSCOPE_NCCL_BUFFER_MB", 32, 1, 1 << 16) << 20;
@@ -490,6 +496,11 @@ typedef struct {
 static ncclResult_t start_common(ps_comm* comm, void** eHandle, const ps_descr* d, int has_group_parent) {
   *eHandle = NULL;
   if (!comm || !g.slots || !(d->type & LOAD(&g.record_mask, RELAXED))) return ncclSuccess;
+  /* Paused (mask 0): NCCL may still start the events of an operation whose mask it sampled
+   * before the pause (per group).  Keep the children of events we recorded (an operation
+   * begun in the window stays whole), refuse everything else: an operation that starts
+   * while paused leaves no record, and its children get no parent of ours. */
+  if (LOAD(&g.mask, RELAXED) == 0 && !slot_of(d->parent)) return ncclSuccess;
   uint32_t idx;
   if (!idx_pop(&g.free_q, &idx)) {
     ADD(&g.stats[ST_SLOT_DROPS], 1);
@@ -835,8 +846,9 @@ PS_EXPORT void perfscope_nccl_flush(void) {
 }
 
 /* Change the level of every communicator (0 pauses recording; NCCL samples the mask per
- * operation, so in-flight operations finish with the old one).  Returns the previous level,
- * or -1 before the first init. */
+ * operation, so in-flight operations finish with the old one; while paused, start_common
+ * also refuses every event that is not the child of one recorded before the pause).
+ * Returns the previous level, or -1 before the first init. */
 PS_EXPORT int perfscope_nccl_set_level(int level) {
   if (LOAD(&g.ncomms, ACQUIRE) == 0 || !g.slots) return -1;
   level = level < 0 ? 0 : level > 3 ? 3 : level;

@@ -1,4 +1,5 @@
-"""The NCCL collector for the recorder: plugin set-up before the job, ingest after it.
+"""The NCCL collectors for the recorder: plugin set-up before the job, ingest after it
+(:class:`NcclRecording`), and the pause between a schedule's windows (:class:`NcclWindow`).
 
 One implementation for both ways of recording:
 
@@ -8,6 +9,11 @@ One implementation for both ways of recording:
 * ``perfscope.profile`` starts it in its own process (``ctx.env`` is ``os.environ``, the
   variables are restored at stop) and ingests only its rank, from what the plugin has
   written by then (it writes as it goes and at communicator teardown).
+
+Under a schedule, :class:`NcclWindow` (a pausable ``window`` collector, so it runs in the
+training process) sets the plugin's level to 0 between windows: NCCL then calls the plugin
+for nothing (it samples the mask per operation), and what a warm-up recorded is dropped at
+ingest (:func:`perfscope.collectors.nccl.env.ingest_dir`), as for the other collectors.
 """
 from __future__ import annotations
 
@@ -15,8 +21,11 @@ import sys
 from collections.abc import MutableMapping
 
 from perfscope.collectors.base import CollectorContext, CollectorStats
-from perfscope.collectors.nccl import flush_in_process
-from perfscope.collectors.nccl.env import configure_env, default_dir, ingest_dir, summarize_dir
+from perfscope.collectors.nccl import flush_in_process, plugin_path, set_level_in_process
+from perfscope.collectors.nccl.env import (
+    DEFAULT_LEVEL, LEVEL_VAR, PAUSED_VAR, PLUGIN_VAR, configure_env, default_dir, ingest_dir, summarize_dir,
+)
+from perfscope.errors import CollectorError
 
 
 class NcclRecording:
@@ -85,6 +94,61 @@ class NcclRecording:
         return by_rank.get(ctx.rank, CollectorStats())
 
 
+class NcclWindow:
+    """Pauses perfscope's NCCL plugin in this process between a schedule's windows.
+
+    NCCL loads the plugin at its first communicator, maybe long after the recording began:
+    a pause before that leaves ``PERFSCOPE_NCCL_PAUSED=1`` in the environment, so that the
+    plugin loads paused, and :meth:`resume` removes it.  Runs only where the plugin is set up
+    for this process (``NCCL_PROFILER_PLUGIN`` names perfscope's); otherwise it says nothing
+    and does not start (the NCCL collector's own notes say why).
+    """
+
+    def __init__(self) -> None:
+        self._env: MutableMapping[str, str] | None = None
+        self._level = DEFAULT_LEVEL
+        self.pauses = 0
+
+    def start(self, ctx: CollectorContext) -> bool:
+        """Take the level to resume to from ``ctx.env``; False where the plugin is not ours."""
+        try:
+            ours = ctx.rank is not None and ctx.env.get(PLUGIN_VAR) == str(plugin_path())
+            level = int(ctx.env.get(LEVEL_VAR, DEFAULT_LEVEL))
+        except (CollectorError, ValueError):
+            return False
+        if not ours or level <= 0:
+            return False
+        self._env, self._level = ctx.env, level
+        return True
+
+    def pause(self) -> None:
+        """Level 0 for every communicator, and for those NCCL creates later."""
+        if self._env is None:
+            return
+        self.pauses += 1
+        self._env[PAUSED_VAR] = "1"  # read by the plugin when NCCL loads it (not loaded yet)
+        old = set_level_in_process(0)
+        if old:
+            self._level = old  # a level someone set while recording: resume to it
+
+    def resume(self) -> None:
+        """Back to the level the recording asked for."""
+        if self._env is None:
+            return
+        self._env.pop(PAUSED_VAR, None)
+        set_level_in_process(self._level)
+
+    def flush(self) -> None:
+        """Nothing to do: the plugin writes its own files."""
+
+    def stop(self) -> CollectorStats:
+        """Leave the environment as it was (the plugin keeps its level: NCCL is tearing down)."""
+        if self._env is not None:
+            self._env.pop(PAUSED_VAR, None)
+        self._env = None
+        return CollectorStats()
+
+
 def _rank_stats(extra: dict[str, object]) -> CollectorStats:
     dropped = {str(k): int(v) for k, v in (extra.get("dropped_events") or {}).items()}  # type: ignore[attr-defined]
     details = {"nccl_plugin": extra["nccl_plugin"]} if extra.get("nccl_plugin") else {}
@@ -114,4 +178,4 @@ def _nccl_already_initialised() -> bool:
         return False
 
 
-__all__ = ["NcclRecording"]
+__all__ = ["NcclRecording", "NcclWindow"]

@@ -518,7 +518,8 @@ def profile(
             text, ``"wait=1,warmup=1,active=3,repeat=2"`` (repeat=0: until the end), or
             ``Schedule(wait=.., warmup=.., record=.., repeat=..)``; ``Schedule(skip=N,
             record=M)`` or ``(N, M)``: skip N steps, then record M; ``"on-demand"``: only
-            the windows ``perfscope trigger`` opens. Between windows CUPTI is off.
+            the windows ``perfscope trigger`` opens. Between windows every collector is
+            paused (CUPTI, the NCCL plugin, NVML, host spans) and the store gets no rows.
         cupti: capture GPU activity through CUPTI.
         nccl: load perfscope's NCCL profiler plugin (only effective when profiling starts
             before ``torch.distributed.init_process_group``).

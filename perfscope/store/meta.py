@@ -218,7 +218,9 @@ def _publish_new(path: Path, obj: Any, durable: bool) -> bool:
 NCCL_DIR = "nccl_plugin"
 RAW_DIR = "raw"
 _RAW_RANK = re.compile(r"^rank\d+$")
-_RAW_FILE = re.compile(r"^(\.?\d+-\d+\.cupti(\.tmp|\.decoded|\.damaged)?|\.lock)$")
+# raw/rank<R>/ also holds the CUPTI decoder's journal and its stages (collectors/cupti/publish.py)
+_RAW_FILE = re.compile(r"^(\.?\d+-\d+\.cupti(\.tmp|\.decoded|\.damaged)?|\.lock|batches\.jsonl)$")
+_RAW_STAGE = ".stage"
 _RAW_UNDECODED = re.compile(r"^(\d+-\d+\.cupti|\.\d+-\d+\.cupti\.tmp)$")
 _CREATING = re.compile(r"^\.run\.json\.[0-9a-f.]+\.tmp$")
 _RANKS_FILE = re.compile(r"^(rank-\d+\.json|parts-rank-\d+-[0-9a-f]+-\d+\.jsonl|\.rank-\d+\.json\.\d+\.tmp)$")
@@ -264,7 +266,8 @@ def _foreign_file(entry: Path) -> Path | None:
         for rank_dir in entry.iterdir():
             if not (_RAW_RANK.match(rank_dir.name) and _plain_dir(rank_dir)):
                 return rank_dir
-            bad = next((f for f in rank_dir.iterdir() if not (_RAW_FILE.match(f.name) and _plain_file(f))), None)
+            bad = next((f for f in rank_dir.iterdir() if not (_RAW_FILE.match(f.name) and _plain_file(f))
+                        and not (f.name == _RAW_STAGE and _plain_dir(f))), None)
             if bad is not None:
                 return bad
         return None

@@ -8,7 +8,7 @@ log facts
 nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
   log schedule-tests
-  timeout 150 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_schedule_gpu.py 2>&1 | tail -30
+  timeout 330 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_schedule_gpu.py 2>&1 | tail -30
 fi
 log recorder-overhead
 timeout "${BENCH_TIMEOUT:-200}" python3 benchmarks/recorder_overhead.py --out "$OUT/bench" "$@" 2>&1 | tee "$OUT/bench.log" | tail -60

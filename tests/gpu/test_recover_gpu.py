@@ -85,3 +85,6 @@ def test_a_job_killed_with_sigkill_is_recovered_and_analysed(tmp_path: Path) -> 
     assert r.row_counts()["kernels"] > 100 and r.row_counts()["steps"] > 0
     assert not segments.pending_count(run)
     assert r.verify().ok
+    # every record once, wherever the launcher's decoder was killed (issue 16: publish then retire)
+    kernels = r.table("kernels")
+    assert not kernels.duplicated(["start_ns", "correlation"]).any(), kernels[kernels.duplicated(["start_ns", "correlation"])]

@@ -1,8 +1,9 @@
 """GPU tests of schedules and on-demand windows (marked gpu; run on the device machine).
 
-Both record tests/gpu/schedule_workload.py, whose steps synchronise and then idle a few
-ms, so a kernel that CUPTI recorded outside a window would start outside every window's
-host range.  When ``$OUT`` is set the runs are kept under ``$OUT/schedule_gpu/``.
+They record tests/gpu/schedule_workload.py (one rank) or schedule_nccl_workload.py (two
+ranks on one GPU, with NCCL), whose steps synchronise and then idle a few ms, so a kernel,
+a collective or an NVML sample recorded outside a window would start outside every
+window's host range.  When ``$OUT`` is set the runs are kept under ``$OUT/schedule_gpu/``.
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ import perfscope
 
 pytestmark = pytest.mark.gpu
 WORKLOAD = Path(__file__).resolve().parent / "schedule_workload.py"
+NCCL_WORKLOAD = Path(__file__).resolve().parent / "schedule_nccl_workload.py"
 SLACK_NS = 1_000_000  # clock conversion between CUPTI's and the host's timestamps
 
 
@@ -38,8 +40,17 @@ def _env() -> dict[str, str]:
     return env
 
 
-def _windows(run: Any) -> list[dict[str, Any]]:
-    return [w for w in run.rank_meta(0)["windows"] if w["first_step"] is not None]
+def _windows(run: Any, rank: int = 0) -> list[dict[str, Any]]:
+    return [w for w in run.rank_meta(rank)["windows"] if w["first_step"] is not None]
+
+
+def _outside(times: Any, windows: list[dict[str, Any]], slack_ns: int = SLACK_NS) -> Any:
+    """The ``times`` (int64 ns) that lie in no window's host range (give or take ``slack_ns``)."""
+    t = np.asarray(times, dtype=np.int64)
+    inside = np.zeros(len(t), dtype=bool)
+    for w in windows:
+        inside |= (t >= w["start_ns"] - slack_ns) & (t <= w["end_ns"] + slack_ns)
+    return t[~inside]
 
 
 def _check_inside(run: Any, windows: list[dict[str, Any]]) -> dict[int, int]:
@@ -108,3 +119,36 @@ def test_on_demand_trigger_opens_exactly_one_window_of_n_steps(base: Path) -> No
     assert run.table("steps")["step"].tolist() == list(range(first, last + 1))
     per = _check_inside(run, windows)
     assert per[0] > 0
+
+
+def test_scheduled_nccl_job_holds_no_collectives_or_samples_outside_its_windows(base: Path) -> None:
+    """Issue 16: the NCCL plugin and the NVML sampler pause between windows too."""
+    import shutil
+
+    out = base / "scheduled_nccl.perfscope"
+    env = {k: v for k, v in _env().items() if not k.startswith(("NCCL_PROFILER", "PERFSCOPE_NCCL"))}
+    proc = subprocess.run([sys.executable, "-m", "perfscope", "record", "-o", str(out), "--force",
+                           "--schedule", "wait=3,warmup=1,active=2,repeat=0", "--",
+                           shutil.which("torchrun") or "torchrun", "--standalone", "--nproc-per-node", "2",
+                           str(NCCL_WORKLOAD), "--steps", "20"],
+                          capture_output=True, text=True, timeout=300, env=env, check=False)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    run = perfscope.open_run(out)
+    coll, channels = run.table("collectives"), run.table("nccl_channels")
+    for rank in (0, 1):
+        windows = _windows(run, rank)
+        assert [(w["first_step"], w["last_step"]) for w in windows] == [(4, 5), (10, 11), (16, 17)]
+        assert "nccl_window" in run.rank_meta(rank)["collectors"]
+        mine = coll[coll["rank"] == rank]
+        # THEN one all_reduce per active step: none from the waits (the first, which created the
+        # communicator, included) nor from the warm-ups
+        assert mine["func"].astype(str).tolist() == ["AllReduce"] * 6, mine[["func", "seq", "enqueue_ns"]]
+        assert not len(_outside(mine["enqueue_ns"], windows)), (mine["enqueue_ns"].tolist(), windows)
+        assert not len(_outside(run.table("host").query("rank == @rank")["start_ns"], windows))
+        ch = channels[channels["rank"] == rank]
+        assert len(ch) and set(ch["seq"]) <= set(mine["seq"])
+        if "nvml" in run.rank_meta(rank)["collectors"]:
+            ts = run.table("metrics").query("rank == @rank")["ts_ns"]
+            assert len(ts) and not len(_outside(ts, windows, slack_ns=50_000_000)), windows  # one NVML read late at most
+    # the ranks recorded the same operations
+    assert sorted(coll[coll["rank"] == 0]["seq"]) == sorted(coll[coll["rank"] == 1]["seq"])

@@ -6,6 +6,7 @@
  *   nccl_harness PLUGIN.so fork 1 NFORKS    (forks while another thread flushes nonstop)
  *   nccl_harness PLUGIN.so setlevel 1 1     (perfscope_nccl_set_level vs record mask, new comms)
  *   nccl_harness PLUGIN.so fsize 1 NOPS     (a write cut short by RLIMIT_FSIZE, then more)
+ *   nccl_harness PLUGIN.so pause 1 NOPS     (operations before, during and after set_level(0))
  *
  * ABI is 4, 5, 6 or "mix" (communicator c uses v4, v5, v6 for c % 3 == 0, 1, 2).  Every
  * communicator gets an application thread and a proxy thread, like NCCL's: the application
@@ -445,6 +446,64 @@ static int setlevel_test(int (*set_level)(int)) {
   return 0;
 }
 
+/* One operation as NCCL starts it: Group, Coll under it (seq), KernelCh under the Coll
+ * after the Coll's stop; the activation mask is not looked at (see pause_test). */
+static void op_with_child(comm_t* cm, int seq) {
+  anydescr a = base(ncclProfileGroup, NULL, 0);
+  void* grp = start(cm, &a);
+  a = base(ncclProfileColl, grp, 0);
+  a.coll.seqNumber = (uint64_t)seq;
+  a.coll.func = "AllReduce";
+  a.coll.datatype = "ncclFloat32";
+  a.coll.algo = "RING";
+  a.coll.proto = "SIMPLE";
+  a.coll.nChannels = 1;
+  void* coll = start(cm, &a);
+  stop(cm, coll);
+  stop(cm, grp);
+  anydescr k = base(ncclProfileKernelCh, coll, 0);
+  k.kernelCh.pTimer = 1000 + (uint64_t)seq;
+  void* kh = start(cm, &k);
+  ncclProfilerEventStateArgs_t args;
+  args.kernelCh.pTimer = 2000 + (uint64_t)seq;
+  state(cm, kh, ncclProfilerKernelChStop, &args);
+  stop(cm, kh);
+}
+
+/* "pause": NOPS operations (seq 0..), then one whose Coll starts before set_level(0) and
+ * whose KernelCh starts after it (seq 1000), NOPS operations while paused (seq 2000..),
+ * set_level back (to 1 when the plugin was loaded paused) and NOPS more (seq 3000..).
+ * The harness starts every event whatever the activation mask says: the worst case, an
+ * NCCL that sampled the mask before the pause; the plugin must refuse on its own. */
+static int pause_test(int (*set_level)(int), int nops) {
+  comm_t cm;
+  memset(&cm, 0, sizeof(cm));
+  cm.abi = 5;
+  if (V5->init(&cm.ctx, 0x71, &cm.mask, "pause", 1, 1, 0, NULL) != 0) return 3;
+  int mask_at_init = cm.mask;
+  for (int i = 0; i < nops; i++) op_with_child(&cm, i);
+  anydescr a = base(ncclProfileColl, NULL, 0);
+  a.coll.seqNumber = 1000;
+  a.coll.func = "AllReduce";
+  void* open = start(&cm, &a);
+  long long t_pause = now_ns();
+  int level = set_level(0);
+  int mask_paused = cm.mask;
+  stop(&cm, open);
+  anydescr k = base(ncclProfileKernelCh, open, 0);
+  stop(&cm, start(&cm, &k));
+  for (int i = 0; i < nops; i++) op_with_child(&cm, 2000 + i);
+  set_level(level > 0 ? level : 1);
+  long long t_resume = now_ns();
+  int mask_resumed = cm.mask;
+  for (int i = 0; i < nops; i++) op_with_child(&cm, 3000 + i);
+  V5->finalize(cm.ctx);
+  g_flush();
+  printf("{\"mask_at_init\": %d, \"level\": %d, \"mask_paused\": %d, \"mask_resumed\": %d, \"t_pause\": %lld, "
+         "\"t_resume\": %lld}\n", mask_at_init, level, mask_paused, mask_resumed, t_pause, t_resume);
+  return 0;
+}
+
 /* "fsize": NOPS Colls whose write RLIMIT_FSIZE cuts in the middle of a record, then NOPS
  * more with the limit lifted.  Needs PERFSCOPE_NCCL_FLUSH_MS large (flushes are ours). */
 static int fsize_test(int nops) {
@@ -496,6 +555,7 @@ int main(int argc, char** argv) {
   if (strcmp(argv[2], "fork") == 0) return fork_test(atoi(argv[4]));
   if (strcmp(argv[2], "setlevel") == 0) return setlevel_test(set_level);
   if (strcmp(argv[2], "fsize") == 0) return fsize_test(atoi(argv[4]));
+  if (strcmp(argv[2], "pause") == 0) return pause_test(set_level, atoi(argv[4]));
   int ncomms = atoi(argv[3]);
   NOPS = atoi(argv[4]);
   comm_t* comms = calloc((size_t)ncomms, sizeof(comm_t));

@@ -337,6 +337,60 @@ def test_set_level_raises_records_and_pause_holds_for_new_comms(build: dict[str,
     assert list(ev["type"]) == [R.PROXY_OP]
 
 
+def _paused_run_events(s: dict[str, Any]) -> pd.DataFrame:
+    """The Coll and KernelCh events of a ``pause`` harness run, each KernelCh with its Coll's seq."""
+    ev = R.events(R.read_file(s["files"][0]))
+    coll = ev[ev["type"] == R.COLL].set_index("id")
+    kch = ev[ev["type"] == R.KERNEL_CH]
+    assert kch["parent"].isin(coll.index).all(), "a KernelCh without its recorded Coll"
+    return pd.concat([coll.reset_index()[["type", "u0", "start_ns"]],
+                      kch.assign(u0=coll.loc[kch["parent"], "u0"].to_numpy())[["type", "u0", "start_ns"]]])
+
+
+def test_paused_plugin_records_nothing_started_while_paused_and_records_again_after(
+        build: dict[str, Path], tmp_path: Path) -> None:
+    # GIVEN a plugin paused by set_level(0) between two runs of operations, and an NCCL that
+    # starts events whatever the mask (it sampled the mask before the pause)
+    s = run_harness(build, tmp_path / "out", "pause", 1, 5, level=1)
+    assert (s["mask_at_init"], s["level"], s["mask_paused"], s["mask_resumed"]) == (0xF47, 1, 0, 0xF47)
+    ev = _paused_run_events(s)
+    seqs = sorted(ev.loc[ev["type"] == R.COLL, "u0"].astype(int))
+    # THEN the operations started while paused (seq 2000..) left nothing, those before and
+    # after are whole, and the one begun before the pause kept its KernelCh started during it
+    assert seqs == [0, 1, 2, 3, 4, 1000, 3000, 3001, 3002, 3003, 3004]
+    assert sorted(ev.loc[ev["type"] == R.KERNEL_CH, "u0"].astype(int)) == seqs
+    during = ev[(ev["start_ns"] >= s["t_pause"]) & (ev["start_ns"] < s["t_resume"])]
+    assert list(during["u0"].astype(int)) == [1000] and list(during["type"]) == [R.KERNEL_CH]
+
+
+def test_plugin_loaded_paused_waits_for_set_level(build: dict[str, Path], tmp_path: Path) -> None:
+    # GIVEN NCCL loads the plugin between two windows (the recorder's gate sets PERFSCOPE_NCCL_PAUSED)
+    s = run_harness(build, tmp_path / "out", "pause", 1, 5, level=2, PERFSCOPE_NCCL_PAUSED="1")
+    # THEN its communicators start with no event asked for, and set_level starts recording
+    assert (s["mask_at_init"], s["level"], s["mask_paused"], s["mask_resumed"]) == (0, 0, 0, 0xF47)
+    ev = _paused_run_events(s)
+    assert sorted(ev.loc[ev["type"] == R.COLL, "u0"].astype(int)) == [3000, 3001, 3002, 3003, 3004]
+    assert (ev["start_ns"] >= s["t_resume"]).all()
+
+
+def test_ingest_leaves_out_the_operations_of_a_warmup(build: dict[str, Path], tmp_path: Path) -> None:
+    # GIVEN a run whose rank file says everything before the pause was a warm-up
+    from perfscope.collectors.nccl.env import ingest_dir
+    from perfscope.store import create_run, open_run, write_rank_meta
+
+    s = run_harness(build, tmp_path / "out", "pause", 1, 5, level=1)
+    run = tmp_path / "run"
+    create_run(run, source="profile")
+    write_rank_meta(run, 0, {"rank": 0, "status": "complete", "windows": [
+        {"first_step": 3, "last_step": 4, "warmup_start_ns": 0, "start_ns": s["t_pause"], "end_ns": None, "request": None}]})
+    ingest_dir(tmp_path / "out", run)
+    # THEN only the operations enqueued after it are tables, with their channels
+    r = open_run(run)
+    after = [3000, 3001, 3002, 3003, 3004]
+    assert sorted(r.table("collectives")["seq"]) == after
+    assert sorted(r.table("nccl_channels")["seq"]) == after
+
+
 def test_write_cut_short_keeps_later_records_aligned(build: dict[str, Path], tmp_path: Path) -> None:
     # RLIMIT_FSIZE cuts a flush in the middle of a record (as a full disk does); records
     # flushed after the limit is lifted must still start on a 128-byte boundary.

@@ -145,3 +145,36 @@ def test_nvml_without_driver_is_a_noop() -> None:
     s = NvmlSampler(ListWriter(), nvml=FakeNvml(fail_init="Driver Not Loaded")).start()
     assert not s.available and "Driver Not Loaded" in (s.reason or "")
     assert s.stop()["rows"] == 0
+
+
+def test_a_paused_sampler_reads_nothing_and_sleeps_until_resumed(fake_pynvml: FakeNvml) -> None:
+    # GIVEN a sampler that samples, is paused (between two windows), then resumed
+    w = ListWriter()
+    s = NvmlSampler(w, interval_s=0.01, append_interval_s=10.0)
+    s.start()
+    time.sleep(0.1)
+    s.paused = True
+    time.sleep(0.05)  # a sample under way when pausing ends
+    paused_at, loops = time.time_ns(), s.stats()["loops"]
+    time.sleep(0.3)
+    # THEN while paused: no loop, no sample, and the rows held were handed over
+    assert s.stats()["loops"] == loops
+    assert w.rows() and all(t < paused_at for t, *_ in w.rows())
+    resumed_at = time.time_ns()
+    s.paused = False
+    time.sleep(0.1)
+    s.stop()
+    ts = [t for t, *_ in w.rows()]
+    assert not [t for t in ts if paused_at <= t < resumed_at]
+    assert any(t >= resumed_at for t in ts)  # samples again after resume
+
+
+def test_stop_ends_a_paused_sampler(fake_pynvml: FakeNvml) -> None:
+    s = NvmlSampler(ListWriter(), interval_s=0.01)
+    s.start()
+    s.paused = True
+    time.sleep(0.05)
+    t0 = time.monotonic()
+    s.stop()
+    assert time.monotonic() - t0 < 1.0
+    assert not any(t.name == "perfscope-nvml" for t in threading.enumerate())
