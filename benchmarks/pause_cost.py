@@ -1,6 +1,6 @@
 """What CUPTI still costs the training step once perfscope's collector is paused or stopped.
 
-    python benchmarks/pause_cost.py [--kinds default|nouvm|kernel] [--finalize] [--blocks 4] [--steps 10]
+    python benchmarks/pause_cost.py [--kinds default|nouvm|kernel] [--detach | --finalize] [--blocks 4] [--steps 10]
 
 In one process, the 8-layer transformer step of ``overhead.py`` is timed in phases, each
 ``--blocks`` blocks of the median of ``--steps`` steps: ``before`` (CUPTI never used),
@@ -9,7 +9,10 @@ a schedule's windows), ``stopped`` (after :meth:`CuptiCollector.stop`, which dis
 kind and unsubscribes but does not call ``cuptiFinalize``).  With ``--finalize``, then
 ``finalized`` (after ``cupti.finalize()``), ``active_again`` (a new collector after the
 finalize: does CUPTI come back, and does it record?) and ``torch_after`` (whether
-torch.profiler still records GPU events in this process afterwards).
+torch.profiler still records GPU events in this process afterwards).  With ``--detach`` the
+collector does it itself (``CuptiCollector(detach=True)``, what ``PERFSCOPE_CUPTI_DETACH=1``
+gives ``perfscope record``): ``paused`` is then CUPTI finalized by :meth:`pause`, followed by
+``resumed`` (attached again by :meth:`resume`; its records are counted) and ``stopped``.
 
 Prints one line per phase (median step ms of its blocks, ratio to ``before``) and writes
 ``pause_cost_<kinds>.json`` to ``--out`` (or ``$OUT``).
@@ -36,6 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--kinds", choices=list(KINDS), default="default")
     ap.add_argument("--finalize", action="store_true")
+    ap.add_argument("--detach", action="store_true", help="the collector's own detach at pause and stop")
     ap.add_argument("--blocks", type=int, default=4)
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
@@ -60,14 +64,18 @@ def main(argv: list[str] | None = None) -> int:
 
     kw: dict[str, Any] = {} if KINDS[args.kinds] is None else {"kinds": KINDS[args.kinds]}
     phase("before")
-    coll = CuptiCollector(_CountingWriter(), **kw)
+    coll = CuptiCollector(_CountingWriter(), detach=args.detach, **kw)
     coll.start()
     phase("active")
     coll.pause()
     phase("paused")
     phase("paused_later")
+    if args.detach:
+        coll.resume()
+        phase("resumed")
     stats = coll.stop()
     phases["records_kept"] = {k: v["kept"] for k, v in stats["records"].items()}
+    phases["detaches"] = stats.get("detaches")
     phase("stopped")
     if args.finalize:
         from cupti import cupti
@@ -91,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  torch.profiler afterwards: {phases['torch_after_gpu_events']} GPU events", flush=True)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / f"pause_cost_{args.kinds}.json").write_text(json.dumps(phases, indent=1))
+    (out / f"pause_cost_{args.kinds}{'_detach' if args.detach else ''}.json").write_text(json.dumps(phases, indent=1))
     return 0
 
 

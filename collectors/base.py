@@ -59,6 +59,8 @@ class CollectorOptions:
         cupti_decode: where CUPTI records are decoded: None (default) or ``process``, in
             another process (the sink writes segment files); ``inprocess``, by the
             training process itself at each flush.
+        cupti_detach: finalize CUPTI between a schedule's windows and at stop
+            (``PERFSCOPE_CUPTI_DETACH=1``; see :class:`~perfscope.collectors.cupti.CuptiCollector`).
         nvml_interval_s: seconds between NVML samples.
     """
 
@@ -66,6 +68,7 @@ class CollectorOptions:
     cupti_api_source: str | None = None
     cupti_sink_library: str | None = None
     cupti_decode: str | None = None
+    cupti_detach: bool = False
     nvml_interval_s: float = 0.1
 
 

@@ -157,6 +157,9 @@ ENV_CUPTI_SINK = "PERFSCOPE_CUPTI_SINK"
 # Where CUPTI records are decoded: "process" (default: out of the training process) or
 # "inprocess" (the training process decodes at each flush; the benchmark's A/B switch).
 ENV_CUPTI_DECODE = "PERFSCOPE_CUPTI_DECODE"
+# "1": finalize CUPTI between a schedule's windows and at stop (CUPTI disabled but attached
+# still costs most of what it costs recording); off by default until proven on more GPUs.
+ENV_CUPTI_DETACH = "PERFSCOPE_CUPTI_DETACH"
 
 
 class CollectorSettings(TypedDict):
@@ -165,6 +168,7 @@ class CollectorSettings(TypedDict):
     cupti_api_source: str | None
     cupti_sink_library: str | None
     cupti_decode: str | None
+    cupti_detach: bool
 
 
 def collector_settings(env: Mapping[str, str] | None = None) -> CollectorSettings:
@@ -175,6 +179,7 @@ def collector_settings(env: Mapping[str, str] | None = None) -> CollectorSetting
         "cupti_api_source": env.get(ENV_CUPTI_API) or None,
         "cupti_sink_library": env.get(ENV_CUPTI_SINK) or None,
         "cupti_decode": env.get(ENV_CUPTI_DECODE) or None,
+        "cupti_detach": env.get(ENV_CUPTI_DETACH, "").strip().lower() in ("1", "true", "yes", "on"),
     }
 
 

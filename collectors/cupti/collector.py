@@ -102,6 +102,12 @@ class CuptiCollector:
             decoding them here; :meth:`flush` then does nothing in Python.
         segment_interval_s: seconds between segment writes (the most a killed process loses).
         segment_mb: largest segment file.
+        detach: let go of CUPTI entirely (``cuptiFinalize``) at :meth:`pause` and
+            :meth:`stop`, and attach again at :meth:`resume`.  Disabling the kinds leaves
+            most of CUPTI's cost in place: on the H200 the transformer step of
+            ``benchmarks/pause_cost.py`` took 1.43x its time recording, 1.20-1.30x paused
+            or stopped, 1.02-1.06x after ``cuptiFinalize``.  Not done while torch.profiler
+            or another client shares CUPTI.  ``PERFSCOPE_CUPTI_DETACH=1`` through the options.
 
     Attributes:
         clock_offset_ns: add to CUPTI timestamps for Unix-epoch ns; 0 when CUPTI already
@@ -122,6 +128,7 @@ class CuptiCollector:
         segment_dir: str | os.PathLike[str] | None = None,
         segment_interval_s: float = 2.0,
         segment_mb: int = 64,
+        detach: bool = False,
     ) -> None:
         kinds = tuple(kinds)
         unknown = [k for k in kinds if k not in KINDS]
@@ -162,6 +169,10 @@ class CuptiCollector:
         self._raw_log: list[dict[str, np.ndarray]] | None = None  # tests: keep raw drains
         self._paused = False
         self._drain_paused = False  # paused since the last flush: force-flush once
+        self.detach = bool(detach)
+        self._detached = False  # CUPTI finalized by pause(); resume() attaches again
+        self._stats_clock: probe.ClockCheck | None = None  # the clock checked before a finalize at stop
+        self.detaches = 0
 
     # ------------------------------------------------------------------ start ----
     def start(self) -> None:
@@ -286,6 +297,16 @@ class CuptiCollector:
             # NVTX reads this at its first call in the process; harmless if that already happened.
             for name, v in probe.nvtx_injection_env().items():
                 os.environ.setdefault(name, v)
+        self._attach(cupti, sink)
+        self._clock = probe.check_clock(cupti.get_timestamp)
+        self.clock_offset_ns = self._clock.offset_ns
+        if self.segment_dir is not None:
+            self.segment_dir.mkdir(parents=True, exist_ok=True)
+            sink.segments_open(self.segment_dir, self.clock_offset_ns, self.segment_interval_s, self.segment_mb << 20)
+
+    def _attach(self, cupti: Any, sink: Sink) -> None:
+        """Hand CUPTI the sink's buffers and enable the kinds (at start, and at each
+        resume after a detach: ``cuptiFinalize`` forgot all of it)."""
         try:
             cupti.set_thread_id_type(cupti.ActivityThreadIdType.SYSTEM)  # tids = gettid(), like host hooks
         except Exception as e:  # noqa: BLE001
@@ -313,11 +334,6 @@ class CuptiCollector:
         if layouts.KIND_UNIFIED_MEMORY_COUNTER in self._cupti_kinds:
             self._uvm = uvm.UvmCounters(cupti, self._warn_once)
             self._uvm.start()
-        self._clock = probe.check_clock(cupti.get_timestamp)
-        self.clock_offset_ns = self._clock.offset_ns
-        if self.segment_dir is not None:
-            self.segment_dir.mkdir(parents=True, exist_ok=True)
-            sink.segments_open(self.segment_dir, self.clock_offset_ns, self.segment_interval_s, self.segment_mb << 20)
 
     def _filter_api(self, cupti: Any) -> None:
         """Stop CUPTI from making records for API calls that neither launch, copy nor
@@ -363,18 +379,91 @@ class CuptiCollector:
             self._sink.switch_api(False)
         self._paused = True
         self._drain_paused = True
+        if self.detach and self._may_detach():
+            self._let_go(cupti)
 
     def resume(self) -> None:
         """Collect again after :meth:`pause` (a no-op when not paused)."""
         if self._state != "running" or not self._paused:
             return
         cupti = _cupti()
+        if self._detached:
+            self._reattach(cupti)
+            return
         for k in self._enabled:
             cupti.activity_enable(k)
         self._filter_api(cupti)  # enabling RUNTIME/DRIVER again reset CUPTI's per-id switches
         if self._native_subscriber and self._sink is not None:
             self._sink.switch_api(True)
         self._paused = False
+
+    # ------------------------------------------------------------- detaching ----
+    def _may_detach(self) -> bool:
+        """Whether perfscope alone uses CUPTI here: it holds the subscriber slot and no
+        torch.profiler records (``cuptiFinalize`` would end another client's session)."""
+        held = self._native_subscriber or self._subscriber is not None
+        return held and self._sink is not None and not probe.torch_profiler_active()
+
+    def _let_go(self, cupti: Any) -> None:
+        """Finalize CUPTI once its records are in the sink (the caller disabled the kinds).
+
+        The GPU is synchronised first so that the kernels still running finish and their
+        records are flushed, not lost with CUPTI's buffers."""
+        assert self._sink is not None
+        with self._lock:
+            _sync_current_context()
+            self._sink.flush(forced=True)
+            self._stats_clock = self._clock_now(cupti)  # the last CUPTI call before the finalize
+            self._sink.set_detached(True)  # from here no thread of the sink calls CUPTI
+            self._drop_subscription(cupti)
+            try:
+                cupti.finalize()
+            except Exception as e:  # noqa: BLE001 - CUPTI stays attached and merely disabled
+                self._warn_once(f"cuptiFinalize failed ({e}); between windows CUPTI stays attached (disabled)")
+                self._sink.set_detached(False)
+                self._resubscribe(cupti, self._sink)
+                return
+            self._detached = True
+            self._drain_paused = False  # the forced flush above handed everything over
+            self.detaches += 1
+
+    def _reattach(self, cupti: Any) -> None:
+        """Attach CUPTI again after :meth:`_let_go`: subscribe, register and enable as
+        :meth:`start` did (same sink, same segment files, same clock)."""
+        assert self._sink is not None
+        with self._lock:
+            self._sink.set_detached(False)
+            self._resubscribe(cupti, self._sink)
+            self._attach(cupti, self._sink)
+            self._detached = False
+            self._paused = False
+
+    def _drop_subscription(self, cupti: Any) -> None:
+        """Stop the UVM counters and give the subscriber slot back (no finalize)."""
+        if self._uvm is not None:
+            self._uvm.stop()
+            self._uvm = None
+        self._enabled = []
+        if self._native_subscriber and self._sink is not None:
+            self._sink.unsubscribe()
+            self._native_subscriber = False
+        if self._subscriber is not None:
+            try:
+                cupti.unsubscribe(self._subscriber)
+            except Exception:  # noqa: BLE001
+                pass
+            self._subscriber = None
+
+    def _resubscribe(self, cupti: Any, sink: Sink) -> None:
+        """Take the subscriber slot again the way :meth:`start` took it."""
+        if self._api_from_callback:
+            self._native_subscriber = sink.subscribe() == 0
+            if self._native_subscriber:
+                return
+            self._api_from_callback = False
+            self._warn_once("the API callback could not subscribe again after a detach; API records come from "
+                            "CUPTI's activity kinds from here on")
+        self._subscribe(cupti)
 
     # ------------------------------------------------------------------ flush ----
     def flush(self) -> None:
@@ -428,8 +517,10 @@ class CuptiCollector:
     def stop(self) -> dict[str, Any]:
         """Flush everything, disable the kinds and return statistics.
 
-        Never calls ``cupti.finalize()`` (it would leave CUPTI unusable for torch.profiler
-        later in the process).
+        With ``detach``, CUPTI is finalized at the end (when perfscope alone used it), so
+        the rest of the process pays nothing for it; a later collector or torch.profiler
+        attaches it again (both recorded on the H200 after a finalize).  Without, CUPTI stays
+        attached with every kind disabled.
 
         Returns:
             ``rows`` (rows written per store table), ``records`` (CUPTI records seen and
@@ -448,11 +539,21 @@ class CuptiCollector:
             _sync_current_context()
             with self._lock:
                 assert self._sink is not None
+                let_go = self.detach and not self._detached and self._may_detach()
                 if self.segment_dir is not None:
                     self._sink.segments_stop_thread()  # its flushes would race the forced one below
                 self._sink.flush(forced=False)
                 self._teardown(cupti)
                 self._sink.flush(forced=True)
+                if let_go:
+                    self._stats_clock = self._clock_now(cupti)  # the last CUPTI call before the finalize
+                    self._sink.set_detached(True)
+                    try:
+                        cupti.finalize()
+                        self._detached = True
+                        self.detaches += 1
+                    except Exception as e:  # noqa: BLE001
+                        self._warn_once(f"cuptiFinalize failed at stop ({e}); CUPTI stays attached (disabled)")
                 if self.segment_dir is not None:
                     self._sink.segments_close()
                     self._warn_segment_errors()
@@ -467,21 +568,13 @@ class CuptiCollector:
         """Disable what start() enabled and give up the subscriber slot (no finalize)."""
         if self._uvm is not None:
             self._uvm.stop()
+            self._uvm = None
         for k in self._enabled:
             try:
                 cupti.activity_disable(k)
             except Exception:  # noqa: BLE001
                 pass
-        self._enabled = []
-        if self._native_subscriber and self._sink is not None:
-            self._sink.unsubscribe()
-            self._native_subscriber = False
-        if self._subscriber is not None:
-            try:
-                cupti.unsubscribe(self._subscriber)
-            except Exception:  # noqa: BLE001
-                pass
-            self._subscriber = None
+        self._drop_subscription(cupti)
 
     def _stats(self, cupti: Any) -> dict[str, Any]:
         assert self._sink is not None
@@ -492,18 +585,18 @@ class CuptiCollector:
         kept: dict[int, int] = s["kept"]
         records = {name_of.get(k, f"kind_{k}"): {"seen": int(v), "kept": int(kept.get(k, 0))} for k, v in seen.items()}
         clock: dict[str, Any] = self._clock.as_dict() if self._clock else {}
-        try:
-            again = probe.check_clock(cupti.get_timestamp)
+        # Once CUPTI is finalized any call would attach it again: the check made before then.
+        again = self._stats_clock if self._detached else self._clock_now(cupti)
+        if again is not None:
             clock["drift_ns"] = again.offset_ns - (self._clock.offset_ns if self._clock else 0)
             clock["epoch_at_stop"] = again.epoch
-        except Exception:  # noqa: BLE001
-            pass
         path = probe.libcupti_path()
         return {
             "rows": dict(self._stream.rows),
             "records": records,
             "api_filtered": int(s["api_filtered"]),
             "api_source": "callback" if self._api_from_callback else "activity",
+            "detaches": self.detaches,
             "api_callback": api,
             "dropped": {
                 "cupti": int(s["dropped_cupti"]), "sink": int(s["dropped_sink"]),
@@ -535,6 +628,14 @@ class CuptiCollector:
             "warnings": list(self.warnings),
         }
 
+
+    @staticmethod
+    def _clock_now(cupti: Any) -> probe.ClockCheck | None:
+        """CUPTI's clock against CLOCK_REALTIME now, or None when CUPTI cannot say."""
+        try:
+            return probe.check_clock(cupti.get_timestamp)
+        except Exception:  # noqa: BLE001
+            return None
 
     def _warn_segment_errors(self) -> None:
         assert self._sink is not None

@@ -87,6 +87,7 @@ def load() -> ctypes.CDLL:
         "ps_set_limits": (None, [ctypes.c_size_t, ctypes.c_size_t, ctypes.c_size_t]),
         "ps_register": (ctypes.c_int, []),
         "ps_flush": (ctypes.c_int, [ctypes.c_uint32]),
+        "ps_set_detached": (None, [ctypes.c_int]),
         "ps_timestamp": (ctypes.c_int, [u64p]),
         "ps_pending": (ctypes.c_size_t, [ctypes.c_int]),
         "ps_take": (ctypes.c_size_t, [ctypes.c_int, u8p, ctypes.c_size_t]),
@@ -156,6 +157,12 @@ class Sink:
     def flush(self, forced: bool = False) -> int:
         """``cuptiActivityFlushAll`` (completed buffers are processed on this thread)."""
         return int(self.lib.ps_flush(1 if forced else 0))
+
+    def set_detached(self, detached: bool) -> None:
+        """While ``detached`` (CUPTI finalized between windows), the sink and its writer
+        thread make no CUPTI call (one would attach CUPTI again); returns once a flush in
+        progress has finished.  :meth:`reset` attaches again."""
+        self.lib.ps_set_detached(1 if detached else 0)
 
     def timestamp(self) -> int:
         """``cuptiGetTimestamp()`` in ns."""

@@ -674,6 +674,19 @@ static void seg_cycle(void) {
     pthread_mutex_unlock(&g_write_mu);
 }
 
+/* While perfscope has let go of CUPTI (cuptiFinalize between a schedule's windows), no thread
+ * of the sink may call into CUPTI: any CUPTI call would attach it to the process again.
+ * g_flush_mu makes ps_set_detached(1) wait for a flush in progress. */
+static pthread_mutex_t g_flush_mu = PTHREAD_MUTEX_INITIALIZER;
+static int g_detached = 0; /* g_flush_mu */
+
+static int flush_all(uint32_t flag) {
+    pthread_mutex_lock(&g_flush_mu);
+    int rc = p_flush_all && !g_detached ? (int)p_flush_all(flag) : 0;
+    pthread_mutex_unlock(&g_flush_mu);
+    return rc;
+}
+
 static void *seg_thread(void *arg) {
     (void)arg;
     pthread_mutex_lock(&g_thr_mu);
@@ -686,7 +699,7 @@ static void *seg_thread(void *arg) {
         pthread_cond_timedwait(&g_thr_cv, &g_thr_mu, &ts);
         if (g_thread_stop) break;
         pthread_mutex_unlock(&g_thr_mu);
-        if (p_flush_all) p_flush_all(0); /* completed buffers reach the buckets (on this thread) */
+        flush_all(0); /* completed buffers reach the buckets (on this thread) */
         seg_cycle();
         pthread_mutex_lock(&g_thr_mu);
     }
@@ -816,7 +829,15 @@ PS_EXPORT int ps_register(void) {
 /* cuptiActivityFlushAll(flag); completed buffers are processed on this thread. */
 PS_EXPORT int ps_flush(uint32_t flag) {
     if (!p_flush_all) return -1;
-    return p_flush_all(flag);
+    return flush_all(flag);
+}
+
+/* detached != 0: CUPTI is (about to be) finalized, so the sink makes no CUPTI call until
+ * ps_set_detached(0); returns once no flush is in progress. */
+PS_EXPORT void ps_set_detached(int detached) {
+    pthread_mutex_lock(&g_flush_mu);
+    g_detached = detached != 0;
+    pthread_mutex_unlock(&g_flush_mu);
 }
 
 PS_EXPORT int ps_timestamp(uint64_t *out) {
@@ -962,6 +983,7 @@ PS_EXPORT void ps_reset(void) {
     pthread_mutex_unlock(&g_mu);
     pthread_mutex_unlock(&g_cb_mu);
     pthread_mutex_unlock(&g_merge_mu);
+    ps_set_detached(0);
 }
 
 /* Tests: one buffer_requested() / buffer_completed() round, as CUPTI makes it. */

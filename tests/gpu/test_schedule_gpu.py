@@ -70,12 +70,16 @@ def _check_inside(run: Any, windows: list[dict[str, Any]]) -> dict[int, int]:
     return per
 
 
-def test_scheduled_recording_holds_no_kernels_outside_its_windows(base: Path) -> None:
-    out = base / "scheduled.perfscope"
+@pytest.mark.parametrize("detach", [False, True], ids=["disabled", "detached"])
+def test_scheduled_recording_holds_no_kernels_outside_its_windows(base: Path, detach: bool) -> None:
+    """Every window holds its kernels, none lies outside; with PERFSCOPE_CUPTI_DETACH=1 CUPTI
+    is finalized at each window's end and attached again for the next one."""
+    out = base / f"scheduled{'_detach' if detach else ''}.perfscope"
     proc = subprocess.run([sys.executable, "-m", "perfscope", "record", "-o", str(out), "--force", "--no-nccl",
                            "--schedule", "wait=3,warmup=1,active=2,repeat=0", "--",
                            sys.executable, str(WORKLOAD), "--steps", "20"],
-                          capture_output=True, text=True, timeout=300, env=_env())
+                          capture_output=True, text=True, timeout=300,
+                          env={**_env(), "PERFSCOPE_CUPTI_DETACH": "1" if detach else "0"})
     assert proc.returncode == 0, proc.stderr[-4000:]
     run = perfscope.open_run(out)
     windows = _windows(run)
@@ -87,6 +91,7 @@ def test_scheduled_recording_holds_no_kernels_outside_its_windows(base: Path) ->
     stats = run.rank_meta(0)["collector_stats"]["cupti"]
     assert stats["api_source"] == "callback", stats
     assert sum(stats["dropped"].values()) == 0, stats["dropped"]
+    assert (stats["detaches"] >= 3) if detach else (stats["detaches"] == 0), stats
 
 
 def test_on_demand_trigger_opens_exactly_one_window_of_n_steps(base: Path) -> None:

@@ -177,3 +177,67 @@ def test_pause_disables_kinds_and_callbacks_and_resume_restores_them(monkeypatch
     assert log[2:] == [("enable", 1), ("enable", 10)] and sink.calls[-1] == ("switch_api", True)
     coll.flush()
     assert sink.calls[-1] == ("flush", False)
+
+
+class _DetachSink(_SwitchSink):
+    """Records the sink calls of a detach (pause) and a re-attach (resume)."""
+
+    def __getattr__(self, name: str):
+        if name in ("set_detached", "unsubscribe", "subscribe", "register", "enable_api"):
+            def call(*args: object) -> int:
+                self.calls.append((name, args[0] if args and name == "set_detached" else None))
+                return 0
+            return call
+        raise AttributeError(name)
+
+
+def _detach_fixture(monkeypatch: pytest.MonkeyPatch, profiler_active: bool = False):
+    import types
+
+    from perfscope.collectors.cupti import collector as mod
+    from perfscope.collectors.cupti import probe
+
+    log: list[tuple[str, object]] = []
+    fake = types.SimpleNamespace(
+        activity_disable=lambda k: log.append(("disable", k)), activity_enable=lambda k: log.append(("enable", k)),
+        activity_enable_runtime_api=lambda *a: None, activity_enable_driver_api=lambda *a: None,
+        finalize=lambda: log.append(("finalize", None)), get_timestamp=lambda: __import__("time").time_ns(),
+        set_thread_id_type=lambda t: None, ActivityThreadIdType=types.SimpleNamespace(SYSTEM=1),
+    )
+    monkeypatch.setattr(mod, "_cupti", lambda: fake)
+    monkeypatch.setattr(mod, "_sync_current_context", lambda: log.append(("sync", None)))
+    monkeypatch.setattr(probe, "torch_profiler_active", lambda: profiler_active)
+    coll = CuptiCollector(_Writer(), kinds=("kernel", "runtime"), detach=True)
+    sink = _DetachSink()
+    coll._sink, coll._state = sink, "running"
+    coll._native_subscriber = coll._api_from_callback = True
+    coll._enabled = [10]  # the kernel kind; runtime records come from the sink's callback
+    monkeypatch.setattr(coll, "_drain", lambda: None)
+    return coll, sink, log
+
+
+def test_detach_finalizes_cupti_at_pause_and_attaches_again_at_resume(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A paused CUPTI that is merely disabled still costs the step most of what recording
+    does (benchmarks/pause_cost.py); with detach the collector flushes what CUPTI holds,
+    stops the sink from calling CUPTI, gives the slot back and finalizes, then at resume
+    subscribes, registers and enables again."""
+    coll, sink, log = _detach_fixture(monkeypatch)
+    coll.pause()
+    assert log == [("disable", 10), ("sync", None), ("finalize", None)]
+    assert sink.calls == [("switch_api", False), ("flush", True), ("set_detached", True), ("unsubscribe", None)]
+    assert coll._detached and coll.detaches == 1
+    coll.flush()  # nothing is forced after a detach: the records were handed over before the finalize
+    assert ("flush", True) not in sink.calls[4:]
+    del sink.calls[:], log[:]
+    coll.resume()
+    assert [c for c, _ in sink.calls] == ["set_detached", "subscribe", "register", "enable_api"]
+    assert sink.calls[0] == ("set_detached", False)
+    assert log == [("enable", 10)] and not coll._detached and not coll._paused
+    assert coll._native_subscriber  # API records from the callback again
+
+
+def test_no_detach_while_torch_profiler_shares_cupti(monkeypatch: pytest.MonkeyPatch) -> None:
+    coll, sink, log = _detach_fixture(monkeypatch, profiler_active=True)
+    coll.pause()
+    assert ("finalize", None) not in log and not coll._detached
+    assert sink.calls == [("switch_api", False)]

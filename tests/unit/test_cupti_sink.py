@@ -269,3 +269,54 @@ def test_subscribe_needs_cuptis_callback_api(sink) -> None:
     assert sink.subscribe() == -1
     assert sink.enable_api(2, [211, 13]) == 2  # not subscribed: every id refused
     assert sink.unsubscribe() == 0
+
+
+_FAKE_CUPTI = r"""
+#include <stddef.h>
+#include <stdint.h>
+static int flushes = 0;
+int cuptiActivityRegisterCallbacks(void *req, void *done) { (void)req; (void)done; return 0; }
+int cuptiActivityGetNextRecord(uint8_t *b, size_t n, void **r) { (void)b; (void)n; (void)r; return 1; }
+int cuptiActivityFlushAll(uint32_t flag) { (void)flag; return ++flushes, 0; }
+int fake_flushes(void) { return flushes; }
+"""
+
+_DETACH_CHECK = """
+import ctypes, sys
+from perfscope.collectors.cupti import native
+native.use_library(sys.argv[2] if len(sys.argv) > 2 else None)
+fake = ctypes.CDLL(sys.argv[1])
+s = native.Sink()
+s.open(sys.argv[1])
+counts = []
+s.flush(); counts.append(fake.fake_flushes())
+s.set_detached(True)
+s.flush(forced=True); counts.append(fake.fake_flushes())
+s.reset()  # a new recording attaches again
+s.flush(); counts.append(fake.fake_flushes())
+print(counts)
+"""
+
+
+def test_a_detached_sink_makes_no_cupti_call(sink, tmp_path) -> None:
+    """While CUPTI is finalized (between windows with detach) a flush must not reach CUPTI:
+    any CUPTI call attaches it to the process again.  A fake libcupti counts the calls; the
+    check runs in its own process, as ps_open() binds the sink to a library for good."""
+    import shutil
+    import subprocess
+    import sys
+
+    cc = shutil.which("gcc") or shutil.which("cc")
+    if cc is None:
+        pytest.skip("no C compiler")
+    src = tmp_path / "fake_cupti.c"
+    src.write_text(_FAKE_CUPTI)
+    lib = tmp_path / "libfakecupti.so"
+    subprocess.run([cc, "-shared", "-fPIC", "-o", str(lib), str(src)], check=True)
+    args = [sys.executable, "-c", _DETACH_CHECK, str(lib)]
+    if os.environ.get("PERFSCOPE_CUPTI_SINK"):
+        args.append(os.environ["PERFSCOPE_CUPTI_SINK"])
+    out = subprocess.run(args, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert out.returncode == 0, out.stderr
+    # flushes reaching CUPTI: attached 1, detached still 1, attached again by reset 2
+    assert out.stdout.strip().splitlines()[-1] == "[1, 1, 2]"
