@@ -35,6 +35,8 @@ from perfscope.analyzers.classify import codes_and_names
 from perfscope.analyzers.columns import Columns, columns, n_rows, take
 from perfscope.analyzers.intervals import I64, as_i64, as_key, filled_i64, launch_of, lookup, merge, split_by_rank
 
+from perfscope.store.columns import Coded
+
 KERNEL_COLUMNS: tuple[str, ...] = ("rank", "name", "kind", "count", "total_ns", "mean_ns", "median_ns", "max_ns", "share")
 LAUNCH_COLUMNS: tuple[str, ...] = (
     "rank", "kernels", "correlated", "short_kernels", "short_share", "median_kernel_ns",
@@ -57,13 +59,14 @@ class LaunchThresholds:
     launch_gap_ns: int = 100_000
 
 
-def top_kernels(kernels: pd.DataFrame | Columns, kinds: np.ndarray, top_n: int | None = 50) -> pd.DataFrame:
+def top_kernels(kernels: pd.DataFrame | Columns, kinds: np.ndarray | Coded, top_n: int | None = 50) -> pd.DataFrame:
     """Aggregate kernels per (rank, name).
 
     Args:
         kernels: ``rank``, ``name``, ``dur_ns`` (a DataFrame or columns, see
             :mod:`perfscope.analyzers.columns`).
-        kinds: kernel kind per row (from :func:`~perfscope.analyzers.classify.kernel_kind`).
+        kinds: kernel kind per row (from :func:`~perfscope.analyzers.classify.kernel_kind`, or
+            as codes from :func:`~perfscope.analyzers.classify.kernel_kinds`).
         top_n: keep the top ``top_n`` names per rank by total time (None: all).
 
     Returns:
@@ -76,7 +79,7 @@ def top_kernels(kernels: pd.DataFrame | Columns, kinds: np.ndarray, top_n: int |
     codes, names = codes_and_names(kernels["name"])
     rank = np.asarray(kernels["rank"], dtype=np.int64)
     dur = filled_i64(kernels["dur_ns"])
-    kinds = np.asarray(kinds)
+    kinds = kinds if isinstance(kinds, Coded) else np.asarray(kinds)
     one_rank = rank.size > 0 and rank[0] == rank[-1] and bool((rank == rank[0]).all())
     if one_rank and int(codes.max()) < (1 << 16) and int(dur.min()) >= 0 and int(dur.max()) < (1 << 47):
         # One rank (analyze_run's case): sort (name code, duration) packed into one int64,
@@ -129,7 +132,7 @@ def top_kernels(kernels: pd.DataFrame | Columns, kinds: np.ndarray, top_n: int |
     cols = {
         "rank": g_rank[order], "name": names[c[starts][order]],
         # A name has one kind except when correlation made one launch of it communication.
-        "kind": np.asarray(kinds[kind_rows], dtype=object)[order],
+        "kind": np.asarray(_kinds_at(kinds, kind_rows), dtype=object)[order],
         "count": counts[order].astype(np.int64), "total_ns": total[order],
         "mean_ns": np.round(sums[order] / counts[order]).astype(np.int64),
         "median_ns": np.round((d[lo] + d[hi])[order] / 2).astype(np.int64),
@@ -137,6 +140,11 @@ def top_kernels(kernels: pd.DataFrame | Columns, kinds: np.ndarray, top_n: int |
     }
     out = pd.DataFrame(cols)
     return out if top_n is None or keep.size else out.iloc[:0]
+
+
+def _kinds_at(kinds: np.ndarray | Coded, rows: np.ndarray) -> np.ndarray:
+    """The kind strings of ``rows`` (positions) of ``kinds`` (strings, or codes)."""
+    return kinds.names[kinds.codes[rows]] if isinstance(kinds, Coded) else kinds[rows]
 
 
 def launch_stats(
