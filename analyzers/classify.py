@@ -22,6 +22,7 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
+from perfscope.analyzers.intervals import KeyIndex
 from perfscope.store.names import normalize_collective
 from perfscope.store.reader import Coded
 
@@ -183,7 +184,12 @@ def kernel_kinds(
     if correlation is not None and comm_correlations is not None and len(comm_correlations):
         corr = correlation.astype("float64", copy=False) if isinstance(correlation, np.ndarray) \
             else pd.Series(correlation).to_numpy(dtype="float64", na_value=np.nan)
-        hit = np.isin(corr, np.asarray(comm_correlations, dtype="float64"))
+        ids = np.asarray(comm_correlations, dtype="float64")
+        # np.isin compares every kernel with each id in turn while there are a few dozen ids
+        # (a pass per id), then sorts kernels and ids together; a binary search per kernel
+        # costs about as much as fifty passes, whatever the number of ids (thousands of
+        # collectives in a real run).
+        hit = np.isin(corr, ids) if ids.size <= 48 else KeyIndex(ids).find(corr)[0]
         kind[hit] = _KIND_CODE[COMMUNICATION]
     return Coded(kind, _KIND_NAMES)
 

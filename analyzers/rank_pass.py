@@ -59,7 +59,7 @@ from perfscope.analyzers.classify import (
     name_matches,
     name_values,
 )
-from perfscope.analyzers.columns import Columns, bools, columns, is_null, n_rows, take
+from perfscope.analyzers.columns import Columns, bools, columns, interleave, is_null, n_rows, ordered, take
 from perfscope.analyzers.config import AnalysisConfig
 from perfscope.analyzers.gpu_summary import summary_row
 from perfscope.analyzers.intervals import (
@@ -248,15 +248,16 @@ def _gpu_events(kernels: Columns, kinds: Coded, memcpy: Columns, memset: Columns
         for p, (found, start) in zip(parts, used):
             # The launching call replaces the correlation id (all it was needed for).
             p["launched"], p["launch_ns"] = found, start
+    key = "rank" if launch is None else "start_ns"
     if len(parts) == 1:
         cols = {c: np.ascontiguousarray(v) for c, v in parts[0].items()}  # materialises the broadcasts only
+    elif all(ordered(p[key]) for p in parts):
+        return interleave(parts, key)
     else:
         cols = {c: np.concatenate([p[c] for p in parts]) for c in parts[0]}
     del parts
-    key = cols["rank"] if launch is None else cols["start_ns"]
-    if key.size > 1 and (key[1:] < key[:-1]).any():
-        order = np.argsort(key, kind="stable")  # nearly sorted in practice: fast
-        del key
+    if not ordered(cols[key]):
+        order = np.argsort(cols[key], kind="stable")  # nearly sorted in practice: fast
         for c in cols:  # one column at a time: the unsorted one is freed before the next
             cols[c] = cols[c][order]
     return cols
