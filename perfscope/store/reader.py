@@ -96,19 +96,23 @@ class Run(_RunView):
                 :mod:`perfscope.store.integrity`).
             CorruptRunError: a footer cannot be read.
         """
-        table_decl(name)
-        by_rank = self._parts.get(name, {})
-        wanted = sorted(by_rank) if ranks is None else [int(r) for r in ranks]
-        parts = [(r, p) for r in wanted for p in by_rank.get(r, [])]
+        parts = self._part_list(name, ranks)
         if self._check:
             for r, p in parts:
                 if p not in self._checked:
                     self._footer(name, r, p)
         return parts
 
-    def _footer(self, name: str, rank: int, path: Path) -> pq.FileMetaData:
-        """The footer of a part file, kept until a read of the part takes it, and checked
-        the first time it is read for this opened run."""
+    def _part_list(self, name: str, ranks: Iterable[int] | None) -> list[tuple[int, Path]]:
+        """(rank, path) of the part files of table ``name`` for ``ranks`` (all if None), unchecked."""
+        table_decl(name)
+        by_rank = self._parts.get(name, {})
+        wanted = sorted(by_rank) if ranks is None else [int(r) for r in ranks]
+        return [(r, p) for r in wanted for p in by_rank.get(r, [])]
+
+    def _footer(self, name: str, rank: int, path: Path, keep: bool = True) -> pq.FileMetaData:
+        """The footer of a part file, checked the first time it is read for this opened run;
+        with ``keep``, kept until a read of the part takes it."""
         footer = self._footers.get(path)
         if footer is None:
             footer = _parquet_file(path).metadata
@@ -116,7 +120,8 @@ class Run(_RunView):
                 entry = self._manifest.get(integrity.part_key(name, rank, path.name)) if self._manifest is not None else None
                 integrity.check_part(table_decl(name), rank, path, footer, entry)
                 self._checked.add(path)
-            self._footers[path] = footer
+            if keep:
+                self._footers[path] = footer
         return footer
 
     def row_counts(self) -> dict[str, int]:
@@ -125,7 +130,8 @@ class Run(_RunView):
         Raises:
             RunIntegrityError, CorruptRunError: as :meth:`part_files`.
         """
-        return {name: sum(self._footer(name, r, p).num_rows for r, p in self.part_files(name)) for name in TABLES}
+        # Footers read here are not kept (a thousand ranks' would take hundreds of MiB).
+        return {name: sum(self._footer(name, r, p, keep=False).num_rows for r, p in self._part_list(name, None)) for name in TABLES}
 
     def verify(self) -> integrity.Findings:
         """Check every part file in full: its footer, and the CRC-32 of the whole file

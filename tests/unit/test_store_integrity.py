@@ -331,4 +331,5 @@ def test_a_read_part_is_checked_once_and_its_footer_not_kept(tmp_path: Path) -> 
     assert run._footers == {} and part(tmp_path / "r.perfscope", "kernels") in run._checked
     again = run.arrays("kernels", ranks=[0])
     assert list(again["start_ns"]) == list(first["start_ns"]) == [T0 + 1, T0 + 10, T0 + 30]
-    assert run.row_counts()["kernels"] == 6  # the footers read again where they are needed
+    assert run.row_counts()["kernels"] == 6  # the footers read again where they are needed, not kept
+    assert run._footers == {}
