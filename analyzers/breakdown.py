@@ -40,7 +40,7 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
-from perfscope.analyzers.intervals import I64, as_i64
+from perfscope.analyzers.intervals import I64, as_i64, length_before, merge, union_cumsum
 from perfscope.analyzers.result import BUCKET_COLUMNS, BUCKETS
 
 LAYERS: tuple[str, ...] = ("compute", "comm", "comm_wait", "pcie", "host_sync", "dataloader")
@@ -99,54 +99,49 @@ def _state_lengths(ws: np.ndarray, we: np.ndarray, layers: Mapping[str, Interval
     its bit and its end removes it.  The time between consecutive event times is summed per
     (piece, state), where the pieces are cut at every window bound.
 
+    The layer with the most intervals (the kernels' compute layer, typically: millions of
+    intervals against a few thousand in the others) adds no events: the sweep runs over the
+    others, and each of its segments is split into the time that layer covers in it and the
+    rest, from that layer's running union length (:func:`~.intervals.length_before`; one
+    cumulative sum and a binary search per segment instead of sorting its intervals).
+
     Returns:
         (bounds, lengths): the sorted distinct window bounds and an int64 array of shape
         (len(bounds) - 1, 64): ns spent in each state between consecutive bounds.
     """
-    from perfscope.analyzers.intervals import merge
-
     lo, hi = int(ws.min()), int(we.max())
     wb = np.unique(np.concatenate([ws, we]))
     n_pieces, n_states = max(wb.size - 1, 0), 1 << len(LAYERS)
+    present = [(i, layers[name]) for i, name in enumerate(LAYERS) if len(layers.get(name, EMPTY)[0])]
+    big = max(range(len(present)), key=lambda j: len(present[j][1][0]), default=None)
     times, tags = [ws, we], [np.zeros(ws.size + we.size, np.int8)]
-    for i, name in enumerate(LAYERS):
-        s, e = layers.get(name, EMPTY)
-        if len(s) == 0:  # adds no event (several layers are empty in most runs)
+    for j, (i, (s, e)) in enumerate(present):
+        if j == big:
             continue
         s, e = as_i64(s), as_i64(e)
         keep = (e > s) & (e > lo) & (s < hi)
         ms, me = merge(np.clip(s[keep], lo, hi), np.clip(e[keep], lo, hi))
         times += [ms, me]
         tags += [np.full(ms.size, 1 + 2 * i, np.int8), np.full(me.size, 2 + 2 * i, np.int8)]
-    shift = 0  # what was subtracted from the event times
-    if hi - lo < (1 << (62 - _TAG_BITS)):
-        shift = lo
-        # One plain sort of (time - lo, tag) packed into an int64 (much faster than argsort);
-        # the order of events at one instant does not matter: the segments between them are empty.
-        t = np.concatenate(times)
-        t -= lo
-        t <<= _TAG_BITS
-        t |= np.concatenate(tags)
-        del times, tags
-        t.sort()
-        tag = (t & ((1 << _TAG_BITS) - 1)).astype(np.int8)
-        t >>= _TAG_BITS  # time - lo from here on
-    else:
-        t, tag = np.concatenate(times), np.concatenate(tags)
-        order = np.argsort(t, kind="stable")
-        t, tag = t[order], tag[order]
-        del order
+    t, tag, shift = _sorted_events(times, tags, lo, hi)
     # The state after each event (each prefix is a valid 6-bit mask: int8 is enough).
     state = np.cumsum(_TAG_DELTA[tag].astype(np.int8), dtype=np.int8)[:-1]
     del tag
     seg = np.diff(t)
     key = np.searchsorted(wb - shift, t[:-1], side="right")
-    del t
     key -= 1
     np.minimum(key, max(n_pieces - 1, 0), out=key)  # a segment starting at the last bound is empty
     key *= n_states
     key += state
     del state
+    i, (bs, be) = present[big] if big is not None else (0, EMPTY)
+    bs, be = merge(bs, be)
+    if bs.size:
+        at = length_before(bs, be, union_cumsum(bs, be), t + shift)
+        covered = np.diff(at)  # of each segment, the ns the big layer covers
+        key = np.concatenate([key, key + (1 << i)])
+        seg = np.concatenate([seg - covered, covered])
+    del t
     if hi - lo < (1 << 53):
         # float64 sums of int64 lengths are exact while every total stays below 2**53 ns.
         lengths = np.rint(np.bincount(key, weights=seg, minlength=n_pieces * n_states)[: n_pieces * n_states]).astype(I64)
@@ -154,6 +149,25 @@ def _state_lengths(ws: np.ndarray, we: np.ndarray, layers: Mapping[str, Interval
         lengths = np.zeros(n_pieces * n_states, I64)
         np.add.at(lengths, key, seg)
     return wb, lengths.reshape(n_pieces, n_states)
+
+
+def _sorted_events(times: list[np.ndarray], tags: list[np.ndarray], lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """The sweep's events ordered by time: (times minus ``shift``, their tags, ``shift``);
+    the order of events at one instant does not matter (the segments between them are
+    empty)."""
+    if hi - lo < (1 << (62 - _TAG_BITS)):
+        # One plain sort of (time - lo, tag) packed into an int64 (much faster than argsort).
+        t = np.concatenate(times)
+        t -= lo
+        t <<= _TAG_BITS
+        t |= np.concatenate(tags)
+        t.sort()
+        tag = (t & ((1 << _TAG_BITS) - 1)).astype(np.int8)
+        t >>= _TAG_BITS
+        return t, tag, lo
+    t, tag = np.concatenate(times), np.concatenate(tags)
+    order = np.argsort(t, kind="stable")
+    return t[order], tag[order], 0
 
 
 def bucket_columns(ws: np.ndarray, we: np.ndarray, layers: Mapping[str, Intervals]) -> dict[str, np.ndarray]:
@@ -297,8 +311,6 @@ def post_sync_idle_columns(ws: np.ndarray, we: np.ndarray, gpu_busy: Intervals, 
     Returns:
         (sync_calls, post_sync_idle_ns): int64 arrays aligned with the windows.
     """
-    from perfscope.analyzers.intervals import merge
-
     n = len(ws)
     out_calls = np.zeros(n, I64)
     out_idle = np.zeros(n, I64)

@@ -22,6 +22,7 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
+from perfscope.analyzers.intervals import KeyIndex
 from perfscope.store.names import normalize_collective
 from perfscope.store.reader import Coded
 
@@ -153,26 +154,48 @@ def kernel_kind(
         comm_kernel_names: kernel names the collectives table reports (``kernel_name``).
 
     Returns:
-        an object array of kind strings, one per kernel.
+        an object array of kind strings, one per kernel (:func:`kernel_kinds` as strings).
     """
+    kinds = kernel_kinds(names, correlation, comm_correlations, comm_kernel_names)
+    return kinds.names[kinds.codes]
+
+
+def kernel_kinds(
+    names: pd.Series | list[str] | np.ndarray,
+    correlation: pd.Series | np.ndarray | None = None,
+    comm_correlations: np.ndarray | None = None,
+    comm_kernel_names: set[str] | frozenset[str] | None = None,
+) -> Coded:
+    """:func:`kernel_kind` (same arguments) as codes: a :class:`Coded` whose ``codes`` (int8,
+    one per kernel) index ``names`` = :data:`KINDS`.  Comparing codes costs a fraction of
+    comparing the strings of an object array, per kernel."""
     s = _names(names)
 
     def classify(u: np.ndarray) -> np.ndarray:
-        kind = np.full(len(u), COMPUTE, dtype=object)
-        kind[_each(u, MEMORY_NAME_RE.search)] = MEMORY
+        kind = np.full(len(u), _KIND_CODE[COMPUTE], dtype=np.int8)
+        kind[_each(u, MEMORY_NAME_RE.search)] = _KIND_CODE[MEMORY]
         comm = _each(u, _is_comm_name)
         if comm_kernel_names:
             comm |= _each(u, comm_kernel_names.__contains__)
-        kind[comm] = COMMUNICATION
+        kind[comm] = _KIND_CODE[COMMUNICATION]
         return kind
 
-    kind = _per_unique(s, classify).astype(object)
+    kind = _per_unique(s, classify)
     if correlation is not None and comm_correlations is not None and len(comm_correlations):
         corr = correlation.astype("float64", copy=False) if isinstance(correlation, np.ndarray) \
             else pd.Series(correlation).to_numpy(dtype="float64", na_value=np.nan)
-        hit = np.isin(corr, np.asarray(comm_correlations, dtype="float64"))
-        kind[hit] = COMMUNICATION
-    return kind
+        ids = np.asarray(comm_correlations, dtype="float64")
+        # np.isin compares every kernel with each id in turn while there are a few dozen ids
+        # (a pass per id), then sorts kernels and ids together; a binary search per kernel
+        # costs about as much as fifty passes, whatever the number of ids (thousands of
+        # collectives in a real run).
+        hit = np.isin(corr, ids) if ids.size <= 48 else KeyIndex(ids).find(corr)[0]
+        kind[hit] = _KIND_CODE[COMMUNICATION]
+    return Coded(kind, _KIND_NAMES)
+
+
+_KIND_CODE = {k: i for i, k in enumerate(KINDS)}
+_KIND_NAMES = np.array(KINDS, dtype=object)
 
 
 _HTA_COMM = re.compile(HTA_COMM_RE).match
@@ -230,5 +253,5 @@ def normalize_func(func: pd.Series | list[str]) -> pd.Series:
 __all__ = [
     "COMPUTE", "COMMUNICATION", "MEMORY", "KINDS", "COMM_NAME_RE", "MEMORY_NAME_RE",
     "HTA_COMM_RE", "HTA_MEMORY_RE", "HTA_NOT_COMPUTE_RE",
-    "codes_and_names", "name_matches", "name_values", "is_comm_name", "kernel_kind", "hta_kernel_type", "hta_is_computation", "copy_is_pcie", "normalize_func",
+    "codes_and_names", "name_matches", "name_values", "is_comm_name", "kernel_kind", "kernel_kinds", "hta_kernel_type", "hta_is_computation", "copy_is_pcie", "normalize_func",
 ]

@@ -63,11 +63,18 @@ def merge(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     """Merge overlapping or touching intervals.
 
     Returns:
-        (starts, ends) of the disjoint union, sorted, int64 ns.
+        (starts, ends) of the disjoint union, sorted, int64 ns; the arrays given (as int64)
+        when they are merged already, so callers never modify the result in place.
     """
     s, e = as_i64(starts), as_i64(ends)
     keep = e > s
-    s, e = s[keep], e[keep]
+    if keep.all():
+        if bool((s[1:] > e[:-1]).all()):
+            # Merged already (a layer merged once is merged again by each sweep that takes
+            # it): two comparisons instead of the sort check, running maximum and gathers.
+            return s, e
+    else:
+        s, e = s[keep], e[keep]
     if s.size == 0:
         return s, e
     if s.size > 1 and (s[1:] < s[:-1]).any():  # GPU events arrive sorted: skip the sort then
@@ -128,14 +135,29 @@ def covered_ns(ws: np.ndarray, we: np.ndarray, starts: np.ndarray, ends: np.ndar
     ws, we = as_i64(ws), as_i64(we)
     if ms.size == 0:
         return np.zeros(ws.size, I64)
-    cum = np.concatenate([[0], np.cumsum(me - ms)])
+    cum = union_cumsum(ms, me)
+    return np.maximum(length_before(ms, me, cum, np.maximum(we, ws)) - length_before(ms, me, cum, ws), 0)
 
-    def before(t: np.ndarray) -> np.ndarray:  # union length before t
-        k = np.searchsorted(ms, t, side="right")
-        over = np.where(k > 0, np.maximum(me[np.maximum(k - 1, 0)] - t, 0), 0)
-        return cum[k] - over
 
-    return np.maximum(before(np.maximum(we, ws)) - before(ws), 0)
+def union_cumsum(ms: np.ndarray, me: np.ndarray) -> np.ndarray:
+    """The lengths of merged intervals (as :func:`merge` returns) summed before each one:
+    int64, one longer than ``ms`` (``[0, len 0, len 0 + len 1, ...]``), for :func:`length_before`."""
+    cum = np.zeros(ms.size + 1, I64)
+    np.cumsum(me - ms, out=cum[1:])
+    return cum
+
+
+def length_before(ms: np.ndarray, me: np.ndarray, cum: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Per time in ``t``: how many ns of the merged intervals ``(ms, me)`` lie before it
+    (``cum`` is their :func:`union_cumsum`).  A difference of two such values is the length
+    the intervals cover between two times, exactly (int64), in a binary search per time.
+
+    Returns:
+        an int64 array aligned with ``t``.
+    """
+    k = np.searchsorted(ms, t, side="right")
+    over = np.where(k > 0, np.maximum(me[np.maximum(k - 1, 0)] - t, 0), 0)
+    return cum[k] - over
 
 
 def intersect(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
@@ -144,15 +166,23 @@ def intersect(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]
     (a_s, a_e), (b_s, b_e) = a, b
     if a_s.size == 0 or b_s.size == 0:
         return np.zeros(0, I64), np.zeros(0, I64)
-    # For each interval of a, the intervals of b that overlap it: from the first ending after
-    # its start to the last starting before its end.
-    lo = np.searchsorted(b_e, a_s, side="right")
-    n = np.maximum(np.searchsorted(b_s, a_e, side="left") - lo, 0)
-    ia = np.repeat(np.arange(a_s.size), n)
-    ib = np.repeat(lo, n) + (np.arange(ia.size) - np.repeat(np.cumsum(n) - n, n))
-    s, e = np.maximum(a_s[ia], b_s[ib]), np.minimum(a_e[ia], b_e[ib])
+    if b_s.size > a_s.size:  # the pieces are the same either way: search for the fewer intervals
+        (a_s, a_e), (b_s, b_e) = (b_s, b_e), (a_s, a_e)
+    # For each interval of b, the intervals of a that overlap it, a contiguous run: from the
+    # first ending after its start to the last starting before its end.  Only the run's first
+    # and last interval can reach outside b's: the others are taken as they are.
+    lo = np.searchsorted(a_e, b_s, side="right")
+    n = np.maximum(np.searchsorted(a_s, b_e, side="left") - lo, 0)
+    first = np.cumsum(n) - n  # where each run begins in the result
+    ia = np.arange(int(n.sum()), dtype=I64)
+    ia += np.repeat(lo - first, n)
+    s, e = a_s[ia], a_e[ia]
+    has = n > 0
+    head, tail = first[has], (first + n - 1)[has]
+    s[head] = np.maximum(s[head], b_s[has])
+    e[tail] = np.minimum(e[tail], b_e[has])
     keep = e > s
-    return s[keep], e[keep]
+    return (s, e) if keep.all() else (s[keep], e[keep])
 
 
 def clip(starts: np.ndarray, ends: np.ndarray, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
@@ -163,7 +193,7 @@ def clip(starts: np.ndarray, ends: np.ndarray, lo: int, hi: int) -> tuple[np.nda
     return s[keep], e[keep]
 
 
-__all__ = ["as_i64", "filled_i64", "stable_argsort", "merge", "union_length", "coverage", "covered_ns", "intersect", "clip", "split_by_rank", "as_key", "lookup", "KeyIndex", "launch_of"]
+__all__ = ["as_i64", "filled_i64", "stable_argsort", "merge", "union_length", "coverage", "covered_ns", "union_cumsum", "length_before", "intersect", "clip", "split_by_rank", "as_key", "lookup", "KeyIndex", "launch_of"]
 
 
 def split_by_rank(df: pd.DataFrame) -> dict[int, pd.DataFrame]:

@@ -32,8 +32,10 @@ import numpy as np
 import pandas as pd
 
 from perfscope.analyzers.classify import codes_and_names
-from perfscope.analyzers.columns import Columns, columns, n_rows, take
+from perfscope.analyzers.columns import Columns, columns, n_rows, ordered, take
 from perfscope.analyzers.intervals import I64, as_i64, as_key, filled_i64, launch_of, lookup, merge, split_by_rank
+
+from perfscope.store.columns import Coded
 
 KERNEL_COLUMNS: tuple[str, ...] = ("rank", "name", "kind", "count", "total_ns", "mean_ns", "median_ns", "max_ns", "share")
 LAUNCH_COLUMNS: tuple[str, ...] = (
@@ -57,13 +59,14 @@ class LaunchThresholds:
     launch_gap_ns: int = 100_000
 
 
-def top_kernels(kernels: pd.DataFrame | Columns, kinds: np.ndarray, top_n: int | None = 50) -> pd.DataFrame:
+def top_kernels(kernels: pd.DataFrame | Columns, kinds: np.ndarray | Coded, top_n: int | None = 50) -> pd.DataFrame:
     """Aggregate kernels per (rank, name).
 
     Args:
         kernels: ``rank``, ``name``, ``dur_ns`` (a DataFrame or columns, see
             :mod:`perfscope.analyzers.columns`).
-        kinds: kernel kind per row (from :func:`~perfscope.analyzers.classify.kernel_kind`).
+        kinds: kernel kind per row (from :func:`~perfscope.analyzers.classify.kernel_kind`, or
+            as codes from :func:`~perfscope.analyzers.classify.kernel_kinds`).
         top_n: keep the top ``top_n`` names per rank by total time (None: all).
 
     Returns:
@@ -76,38 +79,30 @@ def top_kernels(kernels: pd.DataFrame | Columns, kinds: np.ndarray, top_n: int |
     codes, names = codes_and_names(kernels["name"])
     rank = np.asarray(kernels["rank"], dtype=np.int64)
     dur = filled_i64(kernels["dur_ns"])
-    kinds = np.asarray(kinds)
+    kinds = kinds if isinstance(kinds, Coded) else np.asarray(kinds)
     one_rank = rank.size > 0 and rank[0] == rank[-1] and bool((rank == rank[0]).all())
     if one_rank and int(codes.max()) < (1 << 16) and int(dur.min()) >= 0 and int(dur.max()) < (1 << 47):
         # One rank (analyze_run's case): sort (name code, duration) packed into one int64,
         # a plain sort, far faster than a lexsort on millions of rows; same groups and values.
         packed = np.sort((codes << 47) | dur)
         c, d = packed >> 47, packed & ((1 << 47) - 1)
-        r = np.full(c.size, rank[0], dtype=np.int64)
-        first_row = None
+        r, first_row = None, None  # one rank: no rank column to compare
     else:
         # Sort by (rank, name, duration) once; every statistic is then a slice per group.
         order = np.lexsort((dur, codes, rank))
         r, c, d = rank[order], codes[order], dur[order]
         first_row = order
-    new = np.ones(r.size, dtype=bool)
-    new[1:] = (r[1:] != r[:-1]) | (c[1:] != c[:-1])
+    new = np.ones(c.size, dtype=bool)
+    new[1:] = c[1:] != c[:-1]
+    if r is not None:
+        new[1:] |= r[1:] != r[:-1]
     starts = np.flatnonzero(new)
-    counts = np.diff(np.append(starts, r.size))
+    counts = np.diff(np.append(starts, c.size))
     sums = np.add.reduceat(d, starts)
     lo, hi = starts + (counts - 1) // 2, starts + counts // 2
-    if first_row is None:
-        # The kind of each name's first row in (duration, position) order, as the lexsort
-        # gives it: the earliest row among those with the name's shortest duration.
-        shortest = np.zeros(int(codes.max()) + 1, dtype=np.int64)
-        shortest[c[starts]] = d[starts]
-        rows = np.flatnonzero(dur == shortest[codes])
-        first = np.full(shortest.size, codes.size, dtype=np.int64)
-        np.minimum.at(first, codes[rows], rows)
-        kind_rows = first[c[starts]]
-    else:
-        kind_rows = first_row[starts]
-    g_rank, total = r[starts], sums.astype(np.int64)
+    g_kind = _group_kinds(kinds, codes, dur, c[starts], d[starts], first_row[starts] if first_row is not None else None)
+    g_rank = np.full(starts.size, rank[0], dtype=np.int64) if r is None else r[starts]
+    total = sums.astype(np.int64)
     # Each rank's total kernel time (groups are ordered by rank).
     r_first = np.flatnonzero(np.concatenate(([True], g_rank[1:] != g_rank[:-1])))
     tot = np.repeat(np.add.reduceat(total, r_first), np.diff(np.append(r_first, g_rank.size)))
@@ -128,8 +123,7 @@ def top_kernels(kernels: pd.DataFrame | Columns, kinds: np.ndarray, top_n: int |
         order = keep if keep.size else order
     cols = {
         "rank": g_rank[order], "name": names[c[starts][order]],
-        # A name has one kind except when correlation made one launch of it communication.
-        "kind": np.asarray(kinds[kind_rows], dtype=object)[order],
+        "kind": g_kind[order],
         "count": counts[order].astype(np.int64), "total_ns": total[order],
         "mean_ns": np.round(sums[order] / counts[order]).astype(np.int64),
         "median_ns": np.round((d[lo] + d[hi])[order] / 2).astype(np.int64),
@@ -137,6 +131,38 @@ def top_kernels(kernels: pd.DataFrame | Columns, kinds: np.ndarray, top_n: int |
     }
     out = pd.DataFrame(cols)
     return out if top_n is None or keep.size else out.iloc[:0]
+
+
+def _group_kinds(kinds: np.ndarray | Coded, codes: np.ndarray, dur: np.ndarray, g_code: np.ndarray, g_shortest: np.ndarray,
+                 g_first_row: np.ndarray | None) -> np.ndarray:
+    """For :func:`top_kernels`: the kind (object array of strings) of each group, the kind
+    of its first row in (duration, position) order.  A name has one kind except when
+    correlation made one launch of it communication.
+
+    ``kinds`` are the rows' kinds (strings, or codes), ``codes`` and ``dur`` the rows' name
+    codes and durations; per group (one rank's groups when ``g_first_row`` is None): its name
+    code, shortest duration and, for several ranks, the row the sort put first."""
+    if g_first_row is not None:
+        rows = g_first_row
+    else:
+        if isinstance(kinds, Coded):
+            per_name = np.zeros(int(codes.max()) + 1, dtype=kinds.codes.dtype)
+            per_name[codes] = kinds.codes
+            if bool((per_name[codes] == kinds.codes).all()):  # one kind per name: any row says it
+                return kinds.names[per_name[g_code]]
+        rows = _first_shortest(codes, dur, g_code, g_shortest)
+    return np.asarray(kinds.names[kinds.codes[rows]] if isinstance(kinds, Coded) else kinds[rows], dtype=object)
+
+
+def _first_shortest(codes: np.ndarray, dur: np.ndarray, g_code: np.ndarray, g_shortest: np.ndarray) -> np.ndarray:
+    """Per group (name code ``g_code``, shortest duration ``g_shortest``) of one rank: the
+    earliest row with that name and duration (what a lexsort by (name, duration) puts first)."""
+    shortest = np.zeros(int(codes.max()) + 1, dtype=np.int64)
+    shortest[g_code] = g_shortest
+    rows = np.flatnonzero(dur == shortest[codes])
+    first = np.full(shortest.size, codes.size, dtype=np.int64)
+    np.minimum.at(first, codes[rows], rows)
+    return first[g_code]
 
 
 def launch_stats(
@@ -228,6 +254,17 @@ def _window_of(t: np.ndarray, win: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
     """Index of the disjoint window (sorted starts, ends) holding each time, -1 for none."""
     if not len(win[0]):  # zero-length step windows merge to none: nothing is inside
         return np.full(len(t), -1, np.int64)
+    if t.size > 1 and ordered(t):
+        # Times in order (GPU events, kernels as recorded): each window holds a run of them,
+        # found by two binary searches per window instead of one per time.
+        lo, hi = np.searchsorted(t, win[0], side="left"), np.searchsorted(t, win[1], side="left")
+        mark = np.zeros(t.size + 1, np.int64)
+        w = np.arange(1, lo.size + 1, dtype=np.int64)
+        np.add.at(mark, lo, w)  # a window may start where the one before ends: add, not set
+        np.add.at(mark, hi, -w)
+        out = np.cumsum(mark[:-1])
+        out -= 1
+        return out
     i = np.searchsorted(win[0], t, side="right") - 1
     ok = (i >= 0) & (t < win[1][np.maximum(i, 0)])
     return np.where(ok, i, -1)
@@ -242,8 +279,10 @@ def _idle_gaps(g: Columns | None, api: Columns | None, th: LaunchThresholds,
     if g is None or n_rows(g) == 0:
         return zero
     s, e = as_i64(g["start_ns"]), as_i64(g["end_ns"])
-    order = np.argsort(s, kind="stable")
-    s, e = s[order], e[order]
+    # GPU events come ordered by start (analyze_run's): the stable sort would leave them as they are.
+    order = None if ordered(s) else np.argsort(s, kind="stable")
+    if order is not None:
+        s, e = s[order], e[order]
     run_end = np.maximum.accumulate(e)
     # Gap before event i (i >= 1) when it starts after everything before it has ended.
     gap = np.zeros(s.size, dtype=I64)
@@ -259,7 +298,8 @@ def _idle_gaps(g: Columns | None, api: Columns | None, th: LaunchThresholds,
     host_wait = np.zeros(s.size, dtype=bool)
     if api is not None and n_rows(api):
         found, ls = launch_of(g, api)
-        found, ls = found[order], ls[order]
+        if order is not None:
+            found, ls = found[order], ls[order]
         prev_end = np.zeros(s.size, dtype=I64)
         prev_end[1:] = run_end[:-1]
         host_wait = is_gap & found & (ls > prev_end)

@@ -50,15 +50,16 @@ from perfscope.analyzers.breakdown import (
 )
 from perfscope.analyzers.classify import (
     COMMUNICATION,
+    KINDS,
     MEMORY,
     codes_and_names,
     copy_is_pcie,
     hta_is_computation,
-    kernel_kind,
+    kernel_kinds,
     name_matches,
     name_values,
 )
-from perfscope.analyzers.columns import Columns, bools, columns, is_null, n_rows, take
+from perfscope.analyzers.columns import Columns, bools, columns, interleave, is_null, n_rows, ordered, take
 from perfscope.analyzers.config import AnalysisConfig
 from perfscope.analyzers.gpu_summary import summary_row
 from perfscope.analyzers.intervals import (
@@ -209,7 +210,7 @@ class GlobalCodes:
 LAYER_COMPUTE, LAYER_COMM, LAYER_PCIE = 0, 1, 2
 
 
-def _gpu_events(kernels: Columns, kinds: np.ndarray, memcpy: Columns, memset: Columns,
+def _gpu_events(kernels: Columns, kinds: Coded, memcpy: Columns, memset: Columns,
                 launch: list[tuple[np.ndarray, np.ndarray]] | None = None) -> dict[str, np.ndarray]:
     """All GPU activity (the tables as columns), ordered by rank: ``rank``, ``start_ns``,
     ``end_ns``, ``correlation`` (float64, NaN when unknown), ``layer`` (int8: 0 compute, 1
@@ -221,8 +222,8 @@ def _gpu_events(kernels: Columns, kinds: np.ndarray, memcpy: Columns, memset: Co
     Returns:
         the columns as numpy arrays of one length.
     """
-    k_layer = np.where(kinds == COMMUNICATION, LAYER_COMM, LAYER_COMPUTE).astype(np.int8)
-    mem_k = kinds == MEMORY
+    k_layer = np.where(kinds.codes == KINDS.index(COMMUNICATION), LAYER_COMM, LAYER_COMPUTE).astype(np.int8)
+    mem_k = kinds.codes == KINDS.index(MEMORY)
     if mem_k.any():
         k_layer[mem_k & name_matches(kernels["name"], _is_pcie_memory_kernel)] = LAYER_PCIE
 
@@ -247,15 +248,16 @@ def _gpu_events(kernels: Columns, kinds: np.ndarray, memcpy: Columns, memset: Co
         for p, (found, start) in zip(parts, used):
             # The launching call replaces the correlation id (all it was needed for).
             p["launched"], p["launch_ns"] = found, start
+    key = "rank" if launch is None else "start_ns"
     if len(parts) == 1:
         cols = {c: np.ascontiguousarray(v) for c, v in parts[0].items()}  # materialises the broadcasts only
+    elif all(ordered(p[key]) for p in parts):
+        return interleave(parts, key)
     else:
         cols = {c: np.concatenate([p[c] for p in parts]) for c in parts[0]}
     del parts
-    key = cols["rank"] if launch is None else cols["start_ns"]
-    if key.size > 1 and (key[1:] < key[:-1]).any():
-        order = np.argsort(key, kind="stable")  # nearly sorted in practice: fast
-        del key
+    if not ordered(cols[key]):
+        order = np.argsort(cols[key], kind="stable")  # nearly sorted in practice: fast
         for c in cols:  # one column at a time: the unsorted one is freed before the next
             cols[c] = cols[c][order]
     return cols
@@ -274,12 +276,16 @@ def _ivs(t: Columns | None, mask: np.ndarray | None = None, end_col: str | None 
         return EMPTY
     s = as_i64(t["start_ns"])
     e = as_i64(t[end_col]) if end_col else s + as_i64(t["dur_ns"])
-    if mask is not None:
+    if mask is not None and not mask.all():
         return s[mask], e[mask]
     return s, e
 
 
 def _cat(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """The intervals of ``parts`` one after the other (a single non-empty part as it is)."""
+    parts = [p for p in parts if len(p[0])] or parts[:1]
+    if len(parts) == 1:
+        return parts[0]
     return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
 
 
@@ -387,7 +393,7 @@ def rank_summary(run: Any, r: int, inputs: RankInputs) -> RankSummary:
     names, copy_kinds = GlobalCodes(), GlobalCodes()  # this rank's codes, in order of first appearance
     k = {**t["kernels"], "name": names.recode(t["kernels"]["name"])}
     n_k, n_api = n_rows(k), n_rows(api)
-    kinds = kernel_kind(k["name"], k["correlation"], inputs.comm_corr, set(inputs.comm_names) if inputs.comm_names is not None else None)
+    kinds = kernel_kinds(k["name"], k["correlation"], inputs.comm_corr, set(inputs.comm_names) if inputs.comm_names is not None else None)
     # Each GPU event's launching call, looked up once: the API calls are sorted by correlation
     # once, and steps, the GPU summary and the launch statistics all use the result.
     index = KeyIndex(as_key(api["correlation"]))
@@ -409,7 +415,7 @@ def rank_summary(run: Any, r: int, inputs: RankInputs) -> RankSummary:
         kern = _top_candidates(top_kernels(k, kinds, top_n=None), cfg.top_kernels)
         launch_stats = launch_row(r, k, api, gpu, cfg.launch, (k_found, k_pos),
                                   (win["start_ns"], win["end_ns"]) if win is not None else None)
-        comm = kinds == COMMUNICATION
+        comm = kinds.codes == KINDS.index(COMMUNICATION)
         if inputs.keep_comm_kernels and comm.any():
             comm_kernels = (k["rank"][comm], k["start_ns"][comm], k["dur_ns"][comm], k["name"].codes[comm])
     if n_rows(t["memcpy"]):
@@ -453,12 +459,12 @@ def what_if_rows(steps: pd.DataFrame, layers: dict[str, Intervals], pageable: di
     """Per row of one rank's ``steps``: ``rank``, ``step``, ``sync_removed_ns`` (the
     :func:`~.savings.sync_removed` model over the blocking calls that are not large pageable
     copies: those are the ``pinned_copies`` model's) and the :func:`~.savings.pageable_copy_columns`
-    of its large pageable copies ``pageable`` (``start_ns``, ``dur_ns``, ``bytes``; None: none)."""
+    of its large pageable copies ``pageable`` (``start_ns``, ``dur_ns``, ``bytes``; None: none);
+    ``layers`` as :func:`_layers` gives them (``gpu_busy`` and ``blocking`` are used)."""
     ws, we = steps["start_ns"].to_numpy(), steps["end_ns"].to_numpy()
-    busy = _cat([layers["compute"], layers["comm"], layers["pcie"]])
     empty = {"start_ns": np.zeros(0, I64), "dur_ns": np.zeros(0, I64), "bytes": np.zeros(0, I64)}
     return pd.DataFrame({"rank": steps["rank"].to_numpy(), "step": steps["step"].to_numpy(),
-                         "sync_removed_ns": sync_removed(ws, we, busy, layers["blocking"]),
+                         "sync_removed_ns": sync_removed(ws, we, layers["gpu_busy"], layers["blocking"]),
                          **pageable_copy_columns(ws, we, pageable or empty)})
 
 
@@ -466,10 +472,11 @@ def _layers(t: dict[str, Columns], gpu: dict[str, np.ndarray], a_sync: np.ndarra
             copy_calls: np.ndarray) -> dict[str, Intervals]:
     """One rank's activity layers (:data:`~.breakdown.LAYERS` but ``comm_wait``) from its
     tables ``t``, GPU events ``gpu`` (:func:`_gpu_events`) and blocking API calls ``a_sync``
-    (:func:`~.api_calls.blocking_calls`; None without API calls), and two that are not sweep
-    layers: ``startup``, its start-up calls (``startup_api_ns``), and ``blocking``,
+    (:func:`~.api_calls.blocking_calls`; None without API calls), and three that are not sweep
+    layers: ``startup``, its start-up calls (``startup_api_ns``), ``blocking``,
     ``host_sync`` without the calls ``copy_calls`` marks (large pageable copies: the
-    ``sync_removed`` saving model's syncs)."""
+    ``sync_removed`` saving model's syncs), and ``gpu_busy``, the union of ``compute``,
+    ``comm`` and ``pcie`` (merged once for the measures that take it)."""
     # Host spans that block on others (syncs, barriers) and data-loader waits: the host
     # hook's dataloader_wait spans, and (imported traces) "enumerate(DataLoader)#...__next__".
     host, markers, api = t["host"], t["markers"], t["api"]
@@ -481,12 +488,15 @@ def _layers(t: dict[str, Columns], gpu: dict[str, np.ndarray], a_sync: np.ndarra
     m_dl = name_matches(markers["name"], DATALOADER_NAME_RE) if n_rows(markers) else None
     glayer = gpu["layer"]
     g = gpu if gpu["start_ns"].size else None
+    migrations = migration_intervals(t["uvm"])
     return {
         # Only each layer's union matters to the sweep: keep it merged (bounded memory).
         "compute": merge(*_ivs(g, glayer == LAYER_COMPUTE, "end_ns")),
         "comm": merge(*_ivs(g, glayer == LAYER_COMM, "end_ns")),
         # Unified Memory migrations cross the same link as copies.
-        "pcie": merge(*_cat([_ivs(g, glayer == LAYER_PCIE, "end_ns"), migration_intervals(t["uvm"])])),
+        "pcie": merge(*_cat([_ivs(g, glayer == LAYER_PCIE, "end_ns"), migrations])),
+        # All GPU events at once: they are ordered by start, so merging them needs no sort.
+        "gpu_busy": merge(*_cat([_ivs(g, None, "end_ns"), migrations])),
         "host_sync": _cat([_ivs(t["sync"]), _ivs(host, h_sync), _ivs(api, a_sync)]),
         "blocking": merge(*_cat([_ivs(t["sync"]), _ivs(host, h_sync),
                                  _ivs(api, a_sync & ~copy_calls if a_sync is not None else None)])),
@@ -534,9 +544,8 @@ def _steps_rows(w: dict[str, np.ndarray], layers: dict[str, tuple[np.ndarray, np
     if (order != np.arange(order.size)).any():
         w = {c: v[order] for c, v in w.items()}
     ws, we = w["start_ns"], w["end_ns"]
-    busy = merge(*_cat([layers["compute"], layers["comm"], layers["pcie"]]))
     # One sync is often seen twice (CUPTI's sync record and the runtime call): merge.
-    calls, idle = post_sync_idle_columns(ws, we, busy, merge(*layers["host_sync"]))
+    calls, idle = post_sync_idle_columns(ws, we, layers["gpu_busy"], merge(*layers["host_sync"]))
     return pd.DataFrame({**w, **bucket_columns(ws, we, layers), "sync_calls": calls, "post_sync_idle_ns": idle,
                          "startup_api_ns": covered_ns(ws, we, *layers.get("startup", EMPTY))})
 

@@ -23,7 +23,7 @@ import pandas as pd
 
 from perfscope.analyzers.classify import name_values
 from perfscope.analyzers.columns import Columns, bools, n_rows
-from perfscope.analyzers.intervals import I64, KeyIndex, as_i64, as_key, covered_ns, intersect, merge
+from perfscope.analyzers.intervals import I64, KeyIndex, as_i64, as_key, covered_ns, intersect, length_before, merge, union_cumsum
 
 Intervals = tuple[np.ndarray, np.ndarray]
 NO_ESTIMATE = "none"  # the saving_model of a finding that claims no saving
@@ -147,28 +147,45 @@ def sync_removed(ws: np.ndarray, we: np.ndarray, gpu_busy: Intervals, blocking: 
         return out
     order = np.argsort(ws, kind="stable")
     w0, w1 = ws[order], we[order]
-    blocked = covered_ns(w0, w1, bs, be)
-    gs, ge = intersect(merge(*gpu_busy), (w0, w1))
-    gpu_end = w0.copy()  # the re-timed GPU end of each window (its start when it has no GPU work)
-    if gs.size:
-        w = np.searchsorted(w0, gs, side="right") - 1
-        shift = covered_ns(w0[w], gs, bs, be)
-        dur = ge - gs
-        # end'_i = C_i + max_{j <= i in the window} (start_j - shift_j - C_{j-1}), C the running
-        # sum of durations from the window's start: one running maximum, reset per window by an
-        # offset larger than any value (windows come in order).
-        c = np.cumsum(dur)
-        first = np.searchsorted(w, np.arange(w0.size), side="left")
-        base = np.concatenate([[0], c])[first[w]]
-        c_rel = c - base
-        a = (gs - w0[w]) - shift - (c_rel - dur)
-        span = int(np.abs(a).max()) * 2 + 1
-        end = c_rel + np.maximum.accumulate(a + w * span) - w * span + w0[w]
-        last = np.flatnonzero(np.r_[w[1:] != w[:-1], True])
-        gpu_end[w[last]] = end[last]
-    new_end = np.maximum(w1 - blocked, gpu_end)
+    b_cum = union_cumsum(bs, be)
+    b_w0 = length_before(bs, be, b_cum, w0)
+    blocked = np.maximum(length_before(bs, be, b_cum, w1) - b_w0, 0)
+    new_end = np.maximum(w1 - blocked, _gpu_end(w0, intersect(merge(*gpu_busy), (w0, w1)), bs, be, b_cum, b_w0))
     out[order] = np.clip(w1 - new_end, 0, blocked)
     return out
+
+
+def _gpu_end(w0: np.ndarray, gpu: Intervals, bs: np.ndarray, be: np.ndarray, b_cum: np.ndarray, b_w0: np.ndarray) -> np.ndarray:
+    """For :func:`sync_removed`: the re-timed end of the GPU work ``gpu`` (disjoint, sorted,
+    each inside a window) of each window starting at ``w0`` (sorted); its start when it has none.
+
+    Piece j of a window keeps its duration and starts at max(its start minus the blocked
+    time before it in the window, the re-timed end of piece j - 1), so the last piece ends at
+    ``C_last + max_j f_j + B(w0)``, with C the running sum of durations (over all pieces), B
+    the running blocked time (:func:`~.intervals.length_before`) and ``f_j = start_j - B(start_j)
+    - C_(j-1)``.  Between the blocking intervals' bounds f is non-decreasing (B is constant and
+    the pieces do not overlap), inside a blocking interval non-increasing (B grows as fast as
+    time): so the maximum is at the first or the last piece of such a stretch, and f is
+    evaluated only there (a few points per blocking interval, not one per piece).
+    """
+    gs, ge = gpu
+    end = w0.copy()
+    if gs.size == 0:
+        return end
+    c = np.cumsum(ge - gs)
+    # The first and last piece of every stretch between bounds (blocking bounds, window starts).
+    cuts = np.searchsorted(gs, np.concatenate([bs, be, w0]), side="left")
+    cand = np.unique(np.clip(np.concatenate([cuts, cuts - 1, [0, gs.size - 1]]), 0, gs.size - 1))
+    cs = gs[cand]
+    f = cs - length_before(bs, be, b_cum, cs) - (c[cand] - (ge[cand] - cs))
+    win = np.searchsorted(w0, cs, side="right") - 1  # as the pieces' windows are found
+    best = np.full(w0.size, np.iinfo(I64).min, I64)
+    np.maximum.at(best, win, f)
+    first = np.searchsorted(gs, w0, side="left")  # each window's first piece (gs.size: none)
+    last = np.append(first[1:], gs.size) - 1
+    has = last >= first
+    end[has] = c[last[has]] + best[has] + b_w0[has]
+    return end
 
 
 def pageable_copy_columns(ws: np.ndarray, we: np.ndarray, copies: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -164,7 +164,7 @@ def _reusable(out: Path, files: list[Path]) -> bool:
     if not out.is_dir() or not any(out.iterdir()):
         return False
     from perfscope.store import open_run
-    from perfscope.store.kineto.importer import source_identity
+    from perfscope.store.meta import source_identity
 
     why = "files that are not a run"
     if (out / "run.json").exists():

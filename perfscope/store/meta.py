@@ -519,3 +519,13 @@ def _alive(rank_info: dict[str, Any]) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def source_identity(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """What identifies an imported file in ``run.json``'s ``sources``: its absolute
+    ``path``, ``size`` (bytes) and ``mtime_ns``; a file that still matches all three is
+    taken as unchanged (``perfscope analyze TRACE`` then reuses the run, without loading
+    the importer)."""
+    p = Path(path).resolve()
+    st = p.stat()
+    return {"path": str(p), "size": st.st_size, "mtime_ns": st.st_mtime_ns}

@@ -77,7 +77,11 @@ class Run(_RunView):
     _parts: dict[str, dict[int, list[Path]]] = field(default_factory=dict, repr=False)
     _manifest: dict[str, integrity.PartEntry] | None = field(default=None, repr=False)
     _check: bool = field(default=True, repr=False)
+    # Footers read (and checked) but not yet handed to a read of their part: a read takes its
+    # part's footer out, so an analysis does not keep every part's parsed footer (~30 KiB each,
+    # a quarter of a MiB per rank) to the end.  ``_checked``: parts checked already.
     _footers: dict[Path, pq.FileMetaData] = field(default_factory=dict, repr=False)
+    _checked: set[Path] = field(default_factory=set, repr=False)
     integrity_warnings: list[str] = field(default_factory=list)
 
     def _data_ranks(self) -> set[int]:
@@ -92,24 +96,32 @@ class Run(_RunView):
                 :mod:`perfscope.store.integrity`).
             CorruptRunError: a footer cannot be read.
         """
+        parts = self._part_list(name, ranks)
+        if self._check:
+            for r, p in parts:
+                if p not in self._checked:
+                    self._footer(name, r, p)
+        return parts
+
+    def _part_list(self, name: str, ranks: Iterable[int] | None) -> list[tuple[int, Path]]:
+        """(rank, path) of the part files of table ``name`` for ``ranks`` (all if None), unchecked."""
         table_decl(name)
         by_rank = self._parts.get(name, {})
         wanted = sorted(by_rank) if ranks is None else [int(r) for r in ranks]
-        parts = [(r, p) for r in wanted for p in by_rank.get(r, [])]
-        if self._check:
-            for r, p in parts:
-                self._footer(name, r, p)
-        return parts
+        return [(r, p) for r in wanted for p in by_rank.get(r, [])]
 
-    def _footer(self, name: str, rank: int, path: Path) -> pq.FileMetaData:
-        """The footer of a part file, read once per run opened, and checked when read."""
+    def _footer(self, name: str, rank: int, path: Path, keep: bool = True) -> pq.FileMetaData:
+        """The footer of a part file, checked the first time it is read for this opened run;
+        with ``keep``, kept until a read of the part takes it."""
         footer = self._footers.get(path)
         if footer is None:
             footer = _parquet_file(path).metadata
-            if self._check:
+            if self._check and path not in self._checked:
                 entry = self._manifest.get(integrity.part_key(name, rank, path.name)) if self._manifest is not None else None
                 integrity.check_part(table_decl(name), rank, path, footer, entry)
-            self._footers[path] = footer
+                self._checked.add(path)
+            if keep:
+                self._footers[path] = footer
         return footer
 
     def row_counts(self) -> dict[str, int]:
@@ -118,7 +130,8 @@ class Run(_RunView):
         Raises:
             RunIntegrityError, CorruptRunError: as :meth:`part_files`.
         """
-        return {name: sum(self._footer(name, r, p).num_rows for r, p in self.part_files(name)) for name in TABLES}
+        # Footers read here are not kept (a thousand ranks' would take hundreds of MiB).
+        return {name: sum(self._footer(name, r, p, keep=False).num_rows for r, p in self._part_list(name, None)) for name in TABLES}
 
     def verify(self) -> integrity.Findings:
         """Check every part file in full: its footer, and the CRC-32 of the whole file
@@ -216,7 +229,7 @@ class Run(_RunView):
 
     def _pieces(self, name: str, ranks: Iterable[int] | None, decl: Table, data_cols: list[str]) -> list[tuple[int, pa.Table]]:
         """(rank, the stored columns ``data_cols`` of one part file) of every part file read."""
-        return [(rank, _read_part(decl, path, data_cols, footer=self._footers.get(path))) for rank, path in self.part_files(name, ranks)]
+        return [(rank, _read_part(decl, path, data_cols, footer=self._footers.pop(path, None))) for rank, path in self.part_files(name, ranks)]
 
 
 @dataclass

@@ -66,3 +66,16 @@ def test_analyze_of_a_run_as_json_loads_no_importer_renderer_or_cluster() -> Non
     modules = modules_after("analyze", str(RECORDED), "--format", "json")
     assert "perfscope.analyzers.analysis" in modules  # the check can fail: it did analyse
     assert loaded(modules, "rich", "perfscope.store.kineto", "perfscope.reports.text", *NEVER) == []
+
+
+def test_analyze_of_a_trace_imported_before_reuses_its_run_without_the_importer(tmp_path: Path) -> None:
+    import shutil
+
+    trace = tmp_path / "ddp_rank0.json.gz"
+    shutil.copy(DATA / "kineto" / "ddp_rank0.json.gz", trace)
+    run = tmp_path / "ddp.perfscope"
+    first = modules_after("analyze", str(trace), "--run-out", str(run), "--format", "json")
+    assert "perfscope.store.kineto.importer" in first  # the first analysis imports the trace
+    again = modules_after("analyze", str(trace), "--run-out", str(run), "--format", "json")
+    assert "perfscope.analyzers.analysis" in again
+    assert loaded(again, "perfscope.store.kineto", *NEVER) == []

@@ -321,3 +321,15 @@ def test_a_damaged_run_json_is_still_a_corrupt_run(tmp_path: Path) -> None:
     (run / "run.json").write_text("{")
     with pytest.raises(CorruptRunError):
         open_run(run)
+
+
+def test_a_read_part_is_checked_once_and_its_footer_not_kept(tmp_path: Path) -> None:
+    run = open_run(make_run(tmp_path / "r.perfscope"))
+    first = run.arrays("kernels", ranks=[0])
+    # The footer parsed to check the part is handed to its read, then let go: an analysis of
+    # a thousand ranks would otherwise hold every part's footer to the end (~30 KiB each).
+    assert run._footers == {} and part(tmp_path / "r.perfscope", "kernels") in run._checked
+    again = run.arrays("kernels", ranks=[0])
+    assert list(again["start_ns"]) == list(first["start_ns"]) == [T0 + 1, T0 + 10, T0 + 30]
+    assert run.row_counts()["kernels"] == 6  # the footers read again where they are needed, not kept
+    assert run._footers == {}

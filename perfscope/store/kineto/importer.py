@@ -38,6 +38,7 @@ from perfscope.store.kineto.exports import pid_owner, split_perfscope_export
 from perfscope.store.kineto.native import Rows
 from perfscope.store.kineto.native_tables import ColumnRankBuilder
 from perfscope.store.kineto.read import ReadTrace, read_trace, read_trace_bytes
+from perfscope.store.meta import source_identity
 from perfscope.store.kineto.tables import RankTables
 from perfscope.store.meta import (
     as_read_back,
@@ -359,15 +360,6 @@ def _rank_info(trace: Trace, path: Path, rt: RankTables, props: Any, dist: Any, 
         "distributed_info": dist if isinstance(dist, dict) else None,
         "base_time_ns": base,
     }
-
-
-def source_identity(path: PathLike) -> dict[str, Any]:
-    """What identifies an imported file in ``run.json``'s ``sources``: its absolute
-    ``path``, ``size`` (bytes) and ``mtime_ns``; a file that still matches all three is
-    taken as unchanged (``perfscope analyze TRACE`` then reuses the run)."""
-    p = Path(path).resolve()
-    st = p.stat()
-    return {"path": str(p), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
 
 
 def _complete_run(tmp: Path, paths: list[Path], result: ImportResult, claims: _RankClaims,
