@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import threading
 import weakref
+from collections import OrderedDict
 from typing import Any
 
 import dash
@@ -35,6 +36,7 @@ TIMELINE_WIDTH_PX = 1150  # the plot area of a 1400 px page, less the lane label
 TIMELINE_MAX_BOXES = 2000
 MAX_DEFAULT_RANKS = 8  # ranks shown before the user picks: more lane groups than fit a screen
 MAX_SEARCH_CHARS = 200
+FIGURES_KEPT = 16  # Timeline figures kept per run (a few hundred kB each), the newest
 GRAPH_CONFIG: dict[str, Any] = {**layout.GRAPH_CONFIG, "scrollZoom": False}
 
 
@@ -145,8 +147,30 @@ def timeline_figure_of(data: DashboardData, run: Any, rank: Any, step: Any, wind
     return _draw(rd, focus, step, shown_ranks(rd, focus, ranks), span, window, _search_text(search))
 
 
+_FIGURES_LOCK = threading.Lock()
+
+
 def _draw(rd: RunData, focus: int, step: int, ranks: list[int], span: tuple[int, int, int],
           window: tuple[int, int] | None, search: str) -> go.Figure:
+    """The figure of this view, from the run's figure cache when it was drawn before (the
+    tab opened again, a zoom undone by a double click, or the default step drawn by
+    :func:`perfscope.dashboards.app.warm_up`)."""
+    key = (focus, step, tuple(ranks), window or span[:2], search)
+    with _FIGURES_LOCK:
+        kept: OrderedDict[Any, go.Figure] = _PER_RUN.of(rd).setdefault("figures", OrderedDict())
+        if key in kept:
+            kept.move_to_end(key)
+            return kept[key]
+    fig = _build(rd, focus, step, ranks, span, window, search)
+    with _FIGURES_LOCK:
+        kept[key] = fig
+        while len(kept) > FIGURES_KEPT:
+            kept.popitem(last=False)
+    return fig
+
+
+def _build(rd: RunData, focus: int, step: int, ranks: list[int], span: tuple[int, int, int],
+           window: tuple[int, int] | None, search: str) -> go.Figure:
     w0, w1 = window if window else span[:2]
     summary = rd.gpu_counters
     metrics = {r: summary.loc[summary["rank"] == r, "metric"].tolist() for r in ranks}
@@ -272,6 +296,20 @@ def timeline_tab(data: DashboardData, rd: RunData, selection: dict[str, Any]) ->
     ])
 
 
+def inserted_with_tab(triggered: list[str]) -> bool:
+    """True when the Timeline callback's inputs (``ctx.triggered_prop_ids``) changed all at
+    once: Dash calls it so when the tab's content is inserted (its output ``selection`` is
+    outside the tab, so ``prevent_initial_call`` does not hold it back), never for a user's
+    change, which is one input.
+
+    The tab arrives with its figure drawn; without this, opening the Timeline with no
+    selection yet (from the Overview) built the same figure a second time, and the redraw's
+    ``relayoutData`` then sent a request that superseded a search typed meanwhile (Dash
+    keeps only the newest answer of a callback), so the search was lost.
+    """
+    return len(triggered) > 1
+
+
 def register(app: dash.Dash, data: DashboardData, checked: Any) -> None:
     """Attach the Timeline's callbacks to ``app`` (``checked(fn, *args)`` answers a
     UsageError with 400 Bad Request)."""
@@ -285,8 +323,9 @@ def register(app: dash.Dash, data: DashboardData, checked: Any) -> None:
     def _timeline(rank: Any, step: Any, relayout: Any, ranks: Any, search: Any, run: Any, window: Any,
                   selection: Any) -> Any:
         trig = ctx.triggered_id if isinstance(ctx.triggered_id, str) else None
-        if trig is None or (trig in ("tl-rank", "tl-step") and isinstance(selection, dict)
-                            and (selection.get("rank"), selection.get("step")) == (rank, step)):
+        if trig is None or inserted_with_tab(list(ctx.triggered_prop_ids)) or (
+                trig in ("tl-rank", "tl-step") and isinstance(selection, dict)
+                and (selection.get("rank"), selection.get("step")) == (rank, step)):
             # inserted with the tab, whose figure (zoomed as the selection says) timeline_tab
             # built: drawing it again would cost a second read and lose a linked zoom
             return (dash.no_update,) * 5
