@@ -302,10 +302,11 @@ def inserted_with_tab(triggered: list[str]) -> bool:
     outside the tab, so ``prevent_initial_call`` does not hold it back), never for a user's
     change, which is one input.
 
-    The tab arrives with its figure drawn; without this, opening the Timeline with no
-    selection yet (from the Overview) built the same figure a second time, and the redraw's
-    ``relayoutData`` then sent a request that superseded a search typed meanwhile (Dash
-    keeps only the newest answer of a callback), so the search was lost.
+    The tab arrives with its figure drawn.  Before this check, opening the Timeline with no
+    selection yet (from the Overview) built the same figure a second time, a callback that
+    stayed pending as long as that took (seconds on a large run or a loaded machine); a
+    search typed meanwhile was intermittently lost (the likely cause of the wait in
+    tests/integration/test_timeline_browser.py).
     """
     return len(triggered) > 1
 

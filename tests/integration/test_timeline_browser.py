@@ -101,6 +101,21 @@ def test_all_ranks_aligned_with_real_lane_names_and_a_zoom_that_keeps_the_spanni
     assert NCCL_KERNEL.split("(")[0] in (page.locator("#tl-graph .hoverlayer").text_content() or "")
 
 
+def test_opening_the_timeline_draws_its_figure_once(page: Any) -> None:
+    # GIVEN the Overview, no selection yet WHEN the Timeline tab opens
+    figures: list[str] = []
+    page.on("response", lambda r: "_dash-update-component" in r.url and r.status == 200
+            and figures.append(r.text()))
+    _open_timeline(page)
+    page.wait_for_function("() => !document.querySelector('[data-dash-is-loading=\"true\"]')")
+    page.wait_for_load_state("networkidle")
+    # THEN the figure comes once, with the tab: no callback builds it again
+    with_tab = [f for f in figures if '"tab-content"' in f]
+    redrawn = [f for f in figures if json.loads(f).get("response", {}).get("tl-graph")]
+    assert len(with_tab) == 1 and '"tl-graph"' in with_tab[0]
+    assert redrawn == [], f"{len(redrawn)} more Timeline figure(s) sent after the tab"
+
+
 def test_search_outlines_the_named_kernel(page: Any) -> None:
     title = _open_timeline(page)
     # Type once no callback is pending, as a user would after seeing the figure.
