@@ -78,9 +78,8 @@ def render_tab(data: DashboardData, tab: str, run: Any, selection: dict[str, Any
     builders: dict[str, Callable[[], Any]] = {
         "ranks": lambda: rank_views.ranks(rd, include), "collectives": lambda: rank_views.collectives(rd),
         "kernels": lambda: layout.kernels(rd), "operators": lambda: operator_views.operators(rd)}
-    # Each depends only on the run (and the warm-up choice): built once, kept for the next visit.
-    return data.kept((tab if tab in builders else "overview", rd.index, include),
-                     builders.get(tab, lambda: layout.overview(rd, include)))
+    return layout.kept_tab(data, tab if tab in builders else "overview", rd.index, include,
+                           builders.get(tab, lambda: layout.overview(rd, include)))
 
 
 _TAB_IDS = frozenset(t for t, _ in layout.TABS)
