@@ -73,11 +73,11 @@ def main() -> None:
             ("Timeline tab, first build", lambda: tc.timeline_tab(data, rd, sel), 1),
             ("step change", lambda: tc.timeline_update(data, 0, rank, step - 1, None, "tl-step"), args.repeat),
             ("zoom to 1 ms", lambda: tc.timeline_update(
-                data, 0, rank, step, {"xaxis.range[0]": mid, "xaxis.range[1]": mid + 1}, "tl-graph"), args.repeat),
+                data, 0, rank, step, {"xaxis.range[0]": mid, "xaxis.range[1]": mid + 1}, "tl-zoom"), args.repeat),
             ("zoom to 10 µs", lambda: tc.timeline_update(
-                data, 0, rank, step, {"xaxis.range[0]": mid, "xaxis.range[1]": mid + 0.01}, "tl-graph"), args.repeat),
+                data, 0, rank, step, {"xaxis.range[0]": mid, "xaxis.range[1]": mid + 0.01}, "tl-zoom"), args.repeat),
             ("whole step again (double click)", lambda: tc.timeline_update(
-                data, 0, rank, step, {"xaxis.autorange": True}, "tl-graph"), args.repeat),
+                data, 0, rank, step, {"xaxis.autorange": True}, "tl-zoom"), args.repeat),
             ("search a kernel name, whole step", lambda: tc.timeline_update(
                 data, 0, rank, step, None, "tl-search", None, "sgemm", None), args.repeat),
             ("one rank shown", lambda: tc.timeline_update(data, 0, rank, step, None, "tl-ranks", [rank], "", None),

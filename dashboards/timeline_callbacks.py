@@ -207,17 +207,17 @@ def timeline_update(data: DashboardData, run: Any, rank: Any, step: Any, relayou
         return None
     focus = rd.rank(rank)
     step = None if step is None else strict_int(step, "step")
-    if trigger in ("tl-graph", "tl-ranks", "tl-search"):
+    if trigger in ("tl-zoom", "tl-ranks", "tl-search"):
         if step is None:
             return None
         shown = shown_ranks(rd, focus, ranks)
         span = step_span(rd, shown, focus, step)
-        win = zoom_window(span, relayout) if trigger == "tl-graph" else window_of(window, span)
-        if win is None and trigger == "tl-graph":
+        win = zoom_window(span, relayout) if trigger == "tl-zoom" else window_of(window, span)
+        if win is None and trigger == "tl-zoom":
             return None
         fig = _draw(rd, focus, step, shown, span, win, _search_text(search))
         # A zoom goes into the selection (so into the URL); the whole step needs none.
-        sel = _zoomed_selection(rd.index, focus, step, span, win) if trigger == "tl-graph" else None
+        sel = _zoomed_selection(rd.index, focus, step, span, win) if trigger == "tl-zoom" else None
         return fig, None, None, sel, _window_data(win or span[:2])
     options = layout.step_options(rd, focus)
     values = [o["value"] for o in options]
@@ -291,9 +291,21 @@ def timeline_tab(data: DashboardData, rd: RunData, selection: dict[str, Any]) ->
                style={"color": "#666", "fontSize": "13px", "margin": "4px 0"}),
         dcc.Graph(id="tl-graph", figure=timeline_figure_of(data, rd.index, rank, step, window), config=GRAPH_CONFIG),
         dcc.Store(id="tl-window", data=_window_data(window or span[:2]) if span else None),
+        dcc.Store(id="tl-zoom", data=None),  # the graph's x zooms (ONLY_ZOOMS), for the server
         dcc.Store(id="tl-link", data=None),  # the launch link drawn on hover (set in the browser)
         dcc.Download(id="tl-download"),
     ])
+
+
+# The graph's relayoutData passed on to the server only when it is an x zoom (or its undoing):
+# plotly also reports its first autosize and the launch-link line drawn on hover, and any
+# request of the Timeline callback makes Dash drop the answer of the one before it, so an
+# autosize reported just after a zoom lost the zoom, and each hover cost a round trip.
+ONLY_ZOOMS = """function(relayout) {
+    const r = relayout || {};
+    const zoom = r['xaxis.autorange'] || ('xaxis.range[0]' in r && 'xaxis.range[1]' in r) || Array.isArray(r['xaxis.range']);
+    return zoom ? r : window.dash_clientside.no_update;
+}"""
 
 
 def inserted_with_tab(triggered: list[str]) -> bool:
@@ -317,7 +329,7 @@ def register(app: dash.Dash, data: DashboardData, checked: Any) -> None:
 
     @app.callback(Output("tl-graph", "figure"), Output("tl-step", "options"), Output("tl-step", "value"),
                   Output("selection", "data", allow_duplicate=True), Output("tl-window", "data"),
-                  Input("tl-rank", "value"), Input("tl-step", "value"), Input("tl-graph", "relayoutData"),
+                  Input("tl-rank", "value"), Input("tl-step", "value"), Input("tl-zoom", "data"),
                   Input("tl-ranks", "value"), Input("tl-search", "value"),
                   State("run", "value"), State("tl-window", "data"), State("selection", "data"),
                   prevent_initial_call=True)
@@ -336,6 +348,8 @@ def register(app: dash.Dash, data: DashboardData, checked: Any) -> None:
         return tuple(dash.no_update if v is None else v for v in out)
 
     app.clientside_callback(LINK_ON_HOVER, Output("tl-link", "data"), Input("tl-graph", "hoverData"),
+                            prevent_initial_call=True)
+    app.clientside_callback(ONLY_ZOOMS, Output("tl-zoom", "data"), Input("tl-graph", "relayoutData"),
                             prevent_initial_call=True)
 
     @app.callback(Output("tl-download", "data"), Input("tl-perfetto", "n_clicks"), State("run", "value"),

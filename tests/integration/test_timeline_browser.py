@@ -174,8 +174,15 @@ def test_counter_tracks_of_a_run_with_nvml_samples(page: Any) -> None:
             }
         }
         return best.slice(0, 2); }""")
+    asked: list[str] = []  # what the hover asks the server's Timeline callback (nothing: drawn in the browser)
+    page.on("request", lambda r: asked.append(r.post_data or "") if "_dash-update-component" in r.url
+            and "tl-graph.figure" in (r.post_data or "") else None)
     page.locator("#tl-graph .barlayer .trace").nth(bar).locator("path").nth(point).hover(force=True)
     page.wait_for_function("() => (document.querySelector('#tl-graph .js-plotly-plot').layout.shapes || [])"
                            ".some(s => s.name === 'launch-link')")
     assert "launched by cudaLaunch" in (page.locator("#tl-graph .hoverlayer").text_content() or "")
+    page.wait_for_timeout(300)
+    # the line's relayout is not a zoom: no request, which would have made Dash drop the answer
+    # to a zoom or search still on its way
+    assert asked == []
     _shot(page, "timeline-launch-link")

@@ -144,11 +144,11 @@ def test_timeline_update_by_dropdown_and_zoom(data: DashboardData) -> None:
     fig, options, value, sel, window = timeline_callbacks.timeline_update(data, 0, 0, 11, None, "tl-step")
     assert options is None and value is None and "rank 0, step 11" in fig.layout.title.text
     zoom = {"xaxis.range[0]": 2.0, "xaxis.range[1]": 4.0}
-    fig, *rest, _ = timeline_callbacks.timeline_update(data, 0, 0, 11, zoom, "tl-graph")
+    fig, *rest, _ = timeline_callbacks.timeline_update(data, 0, 0, 11, zoom, "tl-zoom")
     assert list(fig.layout.xaxis.range) == pytest.approx([2.0, 4.0])
     # the zoom goes into the selection (and so into the URL)
     assert rest == [None, None, {"run": 0, "rank": 0, "step": 11, "zoom": [2.0, 4.0]}]
-    assert timeline_callbacks.timeline_update(data, 0, 0, 11, {"autosize": True}, "tl-graph") is None
+    assert timeline_callbacks.timeline_update(data, 0, 0, 11, {"autosize": True}, "tl-zoom") is None
     rd = data.get(0)
     span = timeline_callbacks.step_span(rd, [0, 1], 0, 11)
     assert timeline_callbacks.zoom_window(span, {"xaxis.autorange": True}) == span[:2]
@@ -160,7 +160,7 @@ def test_zoom_inside_a_long_collective_still_draws_it(data: DashboardData) -> No
     # inside it used to read no row and draw "no events".
     for x0, x1 in ((15.0, 15.2), (15.5, 15.5001)):
         fig, *_ = timeline_callbacks.timeline_update(data, 0, 0, 11, {"xaxis.range[0]": x0, "xaxis.range[1]": x1},
-                                                     "tl-graph", [0])
+                                                     "tl-zoom", [0])
         assert [t.name for t in fig.data] == ["rank 0 · stream 20", "rank 0 · NCCL"]
         assert list(fig.layout.xaxis.range) == pytest.approx([x0, x1])
 
