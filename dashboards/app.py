@@ -217,25 +217,7 @@ def request_handler() -> type:
 # The page's largest scripts, which Dash only asks for once the layout has come back and been
 # drawn (layout -> Graph -> its chunk -> plotly.js: three round trips in a row): the index
 # asks for them at once, so they are in the cache when the renderer reaches for them.
-PLOTLY_JS = "plotly/package_data/plotly.min.js"
-PRELOADED = ("dash/dcc/async-graph.js", "dash/dcc/async-dropdown.js", PLOTLY_JS)
-EARLY_PLOTLY_PATH = "_perfscope/plotly-early.js"
-# Evaluating plotly.js is most of the browser's work before the first figure (about 1.4 s of
-# main-thread time for its 4.8 MB on a 2-core machine).  Dash starts it only when the first
-# Graph renders, after the layout has come back; this script (run right after React) starts
-# it at once, so it runs while the renderer starts and fetches the layout.  Until it has
-# loaded, window.Plotly is a promise of it: Dash's Graph loader takes any window.Plotly as
-# plotly.js or a promise of it (``Promise.resolve(window.Plotly || load())``), so it waits
-# for this load instead of starting a second one; plotly.js then replaces the promise.
-EARLY_PLOTLY = """(function () {
-    if (window.Plotly) { return; }
-    var s = document.createElement('script');
-    s.src = document.currentScript.getAttribute('data-plotly');
-    s.async = true;
-    window.Plotly = new Promise(function (loaded, failed) { s.onload = loaded; s.onerror = failed; });
-    document.head.appendChild(s);
-})();
-"""
+PRELOADED = ("dash/dcc/async-graph.js", "dash/dcc/async-dropdown.js", "plotly/package_data/plotly.min.js")
 
 
 def preload_links(prefix: str) -> str:
@@ -243,12 +225,6 @@ def preload_links(prefix: str) -> str:
     ``requests_pathname_prefix``, as the renderer writes them)."""
     return "".join(f'<link rel="preload" as="script" href="{prefix}_dash-component-suites/{path}">'
                    for path in PRELOADED)
-
-
-def _early_plotly() -> Any:
-    from flask import Response
-
-    return Response(EARLY_PLOTLY, mimetype="application/javascript", headers={"Cache-Control": REVALIDATE})
 
 
 class _PageOnce:
@@ -329,9 +305,6 @@ def create_app(run_paths: Sequence[str | os.PathLike[str]], analyze: Analyze | N
     app.layout = page
     prefix = app.config.requests_pathname_prefix
     app.index_string = app.index_string.replace("{%css%}", preload_links(prefix) + "{%css%}")
-    app.config.external_scripts = [{"src": prefix + EARLY_PLOTLY_PATH,
-                                    "data-plotly": f"{prefix}_dash-component-suites/{PLOTLY_JS}"}]
-    app.server.add_url_rule("/" + EARLY_PLOTLY_PATH, "perfscope_early_plotly", _early_plotly)
     callbacks.register(app, data)
     serve_compact(app.server)
     app.server.config["perfscope_data"] = data

@@ -235,3 +235,32 @@ def test_warm_up_toggle_reaches_overview_and_compare(data: DashboardData) -> Non
     b = _json(callbacks.render_tab(data, "overview", 0, None, ["include"]))
     assert "none detected" in a and a == b
     assert "median step time" in _json(callbacks.compare_update(data, 0, 1, ["include"]))
+
+
+def test_the_page_is_built_once_and_preloads_plotly(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from perfscope.dashboards.app import PRELOADED, create_app, warm_up
+
+    # GIVEN an app, counting how often the page is built
+    make_run(tmp_path / "a", steps=4)
+    built: list[int] = []
+    page = layout.page
+    monkeypatch.setattr(layout, "page", lambda d: built.append(1) or page(d))
+    app = create_app([str(tmp_path / "a")], analyze=analysis_for)
+    client = app.server.test_client()
+    # WHEN the warm-up has run and the page loads twice
+    warm_up(app).join()
+    index = client.get("/").get_data(as_text=True)
+    layouts = [client.get("/_dash-layout").get_data(as_text=True) for _ in range(2)]
+    # THEN the page was built once, both loads got it, and the index asks for plotly.js and
+    # the Graph's chunk at once (before Dash would, once the layout came back)
+    assert built == [1] and layouts[0] == layouts[1] and "median step time" in layouts[0]
+    for path in PRELOADED:
+        assert f'<link rel="preload" as="script" href="/_dash-component-suites/{path}">' in index
+    assert "plotly/package_data/plotly.min.js" in PRELOADED
+    # AND the default Timeline was drawn by the warm-up: opening the tab draws nothing new
+    data = app.server.config["perfscope_data"]
+    drawn: list[int] = []
+    build = timeline_callbacks._build
+    monkeypatch.setattr(timeline_callbacks, "_build", lambda *a: drawn.append(1) or build(*a))
+    callbacks.render_tab(data, "timeline", 0, None)
+    assert drawn == []
