@@ -227,6 +227,10 @@ def preload_links(prefix: str) -> str:
                    for path in PRELOADED)
 
 
+# The tabs warm_up builds for the first run, most used first (Compare needs two runs and a choice).
+WARMED_TABS = ("timeline", "ranks", "collectives", "kernels", "operators")
+
+
 class _PageOnce:
     """The page's layout, built on first use and kept: it depends only on the served runs
     (the first run's Overview is part of it), so every page load after the first is
@@ -245,8 +249,9 @@ class _PageOnce:
 
 def warm_up(app: dash.Dash) -> threading.Thread:
     """Start a thread that computes now what the first page load and the first look at
-    the Timeline ask for: the first run's analysis, the page with its Overview, and the
-    Timeline of its default step (kept in the Timeline's figure cache).
+    each tab ask for: the first run's analysis, the page with its Overview, the Timeline of
+    its default step (kept in the Timeline's figure cache), then its other tabs
+    (:data:`WARMED_TABS`, kept by :func:`~perfscope.dashboards.layout.kept_tab`).
 
     Returns:
         the thread (started).  An error there is left for the request that needs the same
@@ -258,7 +263,8 @@ def warm_up(app: dash.Dash) -> threading.Thread:
     def work() -> None:
         try:
             page()
-            callbacks.render_tab(data, "timeline", 0, None)
+            for tab in WARMED_TABS:
+                callbacks.render_tab(data, tab, 0, None)
         except Exception:  # noqa: BLE001 - the page's request raises it again and reports it
             return
 
