@@ -11,6 +11,12 @@ packages; :func:`serve_compact` compresses every text answer (brotli or gzip, th
 flask-compress when it is installed), keeps the compressed JavaScript in memory, and lets
 the browser keep the fingerprinted bundles for a year (their URL changes with the version)
 while it revalidates the few unversioned ones (plotly.js, Dash's lazy chunks) by ETag.
+
+First load: the page's layout is built once and kept (:class:`_PageOnce`), the index
+preloads plotly.js and the Graph's chunk (:data:`PRELOADED`), and :func:`warm_up` builds the
+page and the first run's tabs in the background once the runs are analysed.  Evaluating
+plotly.js (about 1.5 s of the browser's main thread on a 2-core machine) is then most of a
+cold load; benchmarks/README.md has the breakdown.
 """
 from __future__ import annotations
 
