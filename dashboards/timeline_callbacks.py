@@ -169,6 +169,13 @@ def _draw(rd: RunData, focus: int, step: int, ranks: list[int], span: tuple[int,
     return fig
 
 
+def forget_figures(rd: RunData) -> None:
+    """Drop the Timeline figures kept for ``rd`` (a benchmark then times a build, not a
+    lookup)."""
+    with _FIGURES_LOCK:
+        _PER_RUN.of(rd).pop("figures", None)
+
+
 def _build(rd: RunData, focus: int, step: int, ranks: list[int], span: tuple[int, int, int],
            window: tuple[int, int] | None, search: str) -> go.Figure:
     w0, w1 = window if window else span[:2]
@@ -361,6 +368,6 @@ def register(app: dash.Dash, data: DashboardData, checked: Any) -> None:
         return checked(perfetto_export, data, run, rank, step, ranks, window)
 
 
-__all__ = ["MAX_DEFAULT_RANKS", "TIMELINE_MAX_BOXES", "TIMELINE_WIDTH_PX", "lanes",
+__all__ = ["FIGURES_KEPT", "MAX_DEFAULT_RANKS", "forget_figures", "TIMELINE_MAX_BOXES", "TIMELINE_WIDTH_PX", "lanes",
            "perfetto_export", "register", "shown_ranks", "step_span", "timeline_figure_of", "timeline_tab",
            "timeline_update", "window_of", "zoom_window"]
