@@ -11,12 +11,19 @@ packages; :func:`serve_compact` compresses every text answer (brotli or gzip, th
 flask-compress when it is installed), keeps the compressed JavaScript in memory, and lets
 the browser keep the fingerprinted bundles for a year (their URL changes with the version)
 while it revalidates the few unversioned ones (plotly.js, Dash's lazy chunks) by ETag.
+
+First load: the page's layout is built once and kept (:class:`_PageOnce`), the index
+preloads plotly.js and the Graph's chunk (:data:`PRELOADED`), and :func:`warm_up` builds the
+page and the first run's tabs in the background once the runs are analysed.  Evaluating
+plotly.js (about 1.5 s of the browser's main thread on a 2-core machine) is then most of a
+cold load; benchmarks/README.md has the breakdown.
 """
 from __future__ import annotations
 
 import ipaddress
 import os
 import socket
+import threading
 from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any
 
@@ -213,6 +220,67 @@ def request_handler() -> type:
     return Handler
 
 
+# The page's largest scripts, which Dash only asks for once the layout has come back and been
+# drawn (layout -> Graph -> its chunk -> plotly.js: three round trips in a row): the index
+# asks for them at once, so they are in the cache when the renderer reaches for them.
+PRELOADED = ("dash/dcc/async-graph.js", "dash/dcc/async-dropdown.js", "plotly/package_data/plotly.min.js")
+
+
+def preload_links(prefix: str) -> str:
+    """``<link rel="preload">`` tags for :data:`PRELOADED` (URLs under the app's
+    ``requests_pathname_prefix``, as the renderer writes them)."""
+    return "".join(f'<link rel="preload" as="script" href="{prefix}_dash-component-suites/{path}">'
+                   for path in PRELOADED)
+
+
+# The tabs warm_up builds for the first run, most used first (Compare needs two runs and a choice).
+WARMED_TABS = ("timeline", "ranks", "collectives", "kernels", "operators")
+
+
+class _PageOnce:
+    """The page's layout, built on first use and kept: it depends only on the served runs
+    (the first run's Overview is part of it), so every page load after the first is
+    answered without building it again."""
+
+    def __init__(self, data: DashboardData) -> None:
+        self._data, self._page, self._lock = data, None, threading.Lock()
+
+    def __call__(self) -> Any:
+        if self._page is None:
+            with self._lock:
+                if self._page is None:
+                    self._page = layout.page(self._data)
+        return self._page
+
+
+def warm_up(app: dash.Dash) -> threading.Thread:
+    """Start a thread that computes now what the first page load and the first look at
+    each tab ask for: the first run's analysis, the page with its Overview, the Timeline of
+    its default step (kept in the Timeline's figure cache), then its other tabs
+    (:data:`WARMED_TABS`, kept by :func:`~perfscope.dashboards.layout.kept_tab`).
+
+    Returns:
+        the thread (started).  An error there is left for the request that needs the same
+        thing to raise and report.
+    """
+    data: DashboardData = app.server.config["perfscope_data"]
+    page: Callable[[], Any] = app.server.config["perfscope_page"]
+
+    def work() -> None:
+        try:
+            page()
+            for tab in WARMED_TABS:
+                callbacks.render_tab(data, tab, 0, None)
+        except Exception:  # noqa: BLE001 - the page's request raises it again and reports it
+            return
+
+    # Not a daemon: a Ctrl-C during the warm-up waits for it (a second or so) rather than
+    # finalising the interpreter under a thread inside pyarrow, which aborts the process.
+    thread = threading.Thread(target=work, name="perfscope-warm-up", daemon=False)
+    thread.start()
+    return thread
+
+
 def create_app(run_paths: Sequence[str | os.PathLike[str]], analyze: Analyze | None = None, *,
                host: str = "127.0.0.1", allow_hosts: Collection[str] = ()) -> dash.Dash:
     """Build the dashboard app for ``run_paths``.
@@ -245,10 +313,14 @@ def create_app(run_paths: Sequence[str | os.PathLike[str]], analyze: Analyze | N
         serve_locally=True,
         update_title=None,
     )
-    app.layout = lambda: layout.page(data)
+    page = _PageOnce(data)
+    app.layout = page
+    prefix = app.config.requests_pathname_prefix
+    app.index_string = app.index_string.replace("{%css%}", preload_links(prefix) + "{%css%}")
     callbacks.register(app, data)
     serve_compact(app.server)
     app.server.config["perfscope_data"] = data
+    app.server.config["perfscope_page"] = page
     headers = {**_SECURITY_HEADERS, "Content-Security-Policy": _CSP.format(hashes=" ".join(app.csp_hashes()))}
     extra = frozenset(_bare(n) for n in allow_hosts)
     app.server.wsgi_app = _Guard(app.server.wsgi_app, allowed_hosts(host, extra), extra,
@@ -256,4 +328,4 @@ def create_app(run_paths: Sequence[str | os.PathLike[str]], analyze: Analyze | N
     return app
 
 
-__all__ = ["create_app", "serve_compact", "request_handler", "allowed_hosts", "split_host", "LOOPBACK_NAMES", "SERVER_NAME"]
+__all__ = ["create_app", "warm_up", "preload_links", "serve_compact", "request_handler", "allowed_hosts", "split_host", "LOOPBACK_NAMES", "SERVER_NAME"]

@@ -73,17 +73,13 @@ def render_tab(data: DashboardData, tab: str, run: Any, selection: dict[str, Any
         return layout.compare(data, include) if len(data) >= 2 else dash_text("Compare needs two runs: "
                                                                                "perfscope dashboard BASE NEW")
     rd = data.get(run)
-    if tab == "ranks":
-        return rank_views.ranks(rd, include)
     if tab == "timeline":
         return timeline_callbacks.timeline_tab(data, rd, _selection(rd, selection))
-    if tab == "collectives":
-        return rank_views.collectives(rd)
-    if tab == "kernels":
-        return layout.kernels(rd)
-    if tab == "operators":
-        return operator_views.operators(rd)
-    return layout.overview(rd, include)
+    builders: dict[str, Callable[[], Any]] = {
+        "ranks": lambda: rank_views.ranks(rd, include), "collectives": lambda: rank_views.collectives(rd),
+        "kernels": lambda: layout.kernels(rd), "operators": lambda: operator_views.operators(rd)}
+    return layout.kept_tab(data, tab if tab in builders else "overview", rd.index, include,
+                           builders.get(tab, lambda: layout.overview(rd, include)))
 
 
 _TAB_IDS = frozenset(t for t, _ in layout.TABS)

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import pandas as pd
 
@@ -43,6 +43,7 @@ class ServedRun(RunLike, WindowSource, Protocol):
 
 
 Analyze = Callable[[ServedRun], Analysis]
+T = TypeVar("T")
 
 _CANONICAL_INT = re.compile(r"-?(0|[1-9][0-9]{0,17})")
 
@@ -174,6 +175,8 @@ class DashboardData:
         self._locks = [threading.Lock() for _ in self._runs]
         self._comparisons: dict[tuple[int, int, bool], Comparison] = {}
         self._compare_lock = threading.Lock()
+        self._kept: dict[tuple[Any, ...], Any] = {}
+        self._kept_lock = threading.Lock()
 
     def __len__(self) -> int:
         return len(self._runs)
@@ -203,6 +206,17 @@ class DashboardData:
                 loaded = RunData(i, self.labels[i], run, analyze(run), run.row_counts())
                 self._loaded[i] = loaded
         return loaded
+
+    def kept(self, key: tuple[Any, ...], build: Callable[[], T]) -> T:
+        """``build()``, computed on the first call with ``key`` and returned again after: for
+        what depends only on the served runs (a tab's content, keyed by tab, run and
+        warm-up choice), so opening a tab again costs nothing.  A few entries per run."""
+        with self._kept_lock:
+            if key in self._kept:
+                return self._kept[key]
+        value = build()
+        with self._kept_lock:
+            return self._kept.setdefault(key, value)
 
     def comparison(self, base: Any, new: Any, include_warmup: bool = False) -> Comparison:
         """``perfscope.analyzers.compare.compare_runs`` of two served runs (cached), on

@@ -7,6 +7,7 @@ uses ``dangerously_allow_html`` or Markdown.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -96,11 +97,19 @@ def page(data: DashboardData) -> html.Div:
                           value=[], style={"marginLeft": "20px"}),
         ], style={"display": "flex", "alignItems": "center", "padding": "8px 0"}),
         dcc.Tabs(id="tabs", value="overview", children=tabs),
-        dcc.Loading(html.Div(overview(data.get(0)), id="tab-content", style={"padding": "8px 4px"}),
+        dcc.Loading(html.Div(kept_tab(data, "overview", 0, False, lambda: overview(data.get(0))), id="tab-content",
+                             style={"padding": "8px 4px"}),
                     type="default", delay_show=300),
         dcc.Store(id="selection", data=None),
         dcc.Store(id="url-loaded", data=False),  # set once the URL's state has been applied
     ], style={"fontFamily": "system-ui, sans-serif", "margin": "0 18px"})
+
+
+def kept_tab(data: DashboardData, tab: str, run: int, include_warmup: bool, build: Callable[[], Any]) -> Any:
+    """Tab ``tab`` of run ``run`` as ``build()`` makes it, built once and kept
+    (:meth:`DashboardData.kept`): a tab depends only on the run and the warm-up choice, so
+    opening it again (or the page's Overview, then the Overview tab) costs nothing."""
+    return data.kept(("tab", tab, run, include_warmup), build)
 
 
 # -- overview ------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import threading
 import weakref
+from collections import OrderedDict
 from typing import Any
 
 import dash
@@ -35,6 +36,7 @@ TIMELINE_WIDTH_PX = 1150  # the plot area of a 1400 px page, less the lane label
 TIMELINE_MAX_BOXES = 2000
 MAX_DEFAULT_RANKS = 8  # ranks shown before the user picks: more lane groups than fit a screen
 MAX_SEARCH_CHARS = 200
+FIGURES_KEPT = 16  # Timeline figures kept per run (a few hundred kB each), the newest
 GRAPH_CONFIG: dict[str, Any] = {**layout.GRAPH_CONFIG, "scrollZoom": False}
 
 
@@ -145,8 +147,37 @@ def timeline_figure_of(data: DashboardData, run: Any, rank: Any, step: Any, wind
     return _draw(rd, focus, step, shown_ranks(rd, focus, ranks), span, window, _search_text(search))
 
 
+_FIGURES_LOCK = threading.Lock()
+
+
 def _draw(rd: RunData, focus: int, step: int, ranks: list[int], span: tuple[int, int, int],
           window: tuple[int, int] | None, search: str) -> go.Figure:
+    """The figure of this view, from the run's figure cache when it was drawn before (the
+    tab opened again, a zoom undone by a double click, or the default step drawn by
+    :func:`perfscope.dashboards.app.warm_up`)."""
+    key = (focus, step, tuple(ranks), window or span[:2], search)
+    with _FIGURES_LOCK:
+        kept: OrderedDict[Any, go.Figure] = _PER_RUN.of(rd).setdefault("figures", OrderedDict())
+        if key in kept:
+            kept.move_to_end(key)
+            return kept[key]
+    fig = _build(rd, focus, step, ranks, span, window, search)
+    with _FIGURES_LOCK:
+        kept[key] = fig
+        while len(kept) > FIGURES_KEPT:
+            kept.popitem(last=False)
+    return fig
+
+
+def forget_figures(rd: RunData) -> None:
+    """Drop the Timeline figures kept for ``rd`` (a benchmark then times a build, not a
+    lookup)."""
+    with _FIGURES_LOCK:
+        _PER_RUN.of(rd).pop("figures", None)
+
+
+def _build(rd: RunData, focus: int, step: int, ranks: list[int], span: tuple[int, int, int],
+           window: tuple[int, int] | None, search: str) -> go.Figure:
     w0, w1 = window if window else span[:2]
     summary = rd.gpu_counters
     metrics = {r: summary.loc[summary["rank"] == r, "metric"].tolist() for r in ranks}
@@ -183,17 +214,17 @@ def timeline_update(data: DashboardData, run: Any, rank: Any, step: Any, relayou
         return None
     focus = rd.rank(rank)
     step = None if step is None else strict_int(step, "step")
-    if trigger in ("tl-graph", "tl-ranks", "tl-search"):
+    if trigger in ("tl-zoom", "tl-ranks", "tl-search"):
         if step is None:
             return None
         shown = shown_ranks(rd, focus, ranks)
         span = step_span(rd, shown, focus, step)
-        win = zoom_window(span, relayout) if trigger == "tl-graph" else window_of(window, span)
-        if win is None and trigger == "tl-graph":
+        win = zoom_window(span, relayout) if trigger == "tl-zoom" else window_of(window, span)
+        if win is None and trigger == "tl-zoom":
             return None
         fig = _draw(rd, focus, step, shown, span, win, _search_text(search))
         # A zoom goes into the selection (so into the URL); the whole step needs none.
-        sel = _zoomed_selection(rd.index, focus, step, span, win) if trigger == "tl-graph" else None
+        sel = _zoomed_selection(rd.index, focus, step, span, win) if trigger == "tl-zoom" else None
         return fig, None, None, sel, _window_data(win or span[:2])
     options = layout.step_options(rd, focus)
     values = [o["value"] for o in options]
@@ -267,9 +298,36 @@ def timeline_tab(data: DashboardData, rd: RunData, selection: dict[str, Any]) ->
                style={"color": "#666", "fontSize": "13px", "margin": "4px 0"}),
         dcc.Graph(id="tl-graph", figure=timeline_figure_of(data, rd.index, rank, step, window), config=GRAPH_CONFIG),
         dcc.Store(id="tl-window", data=_window_data(window or span[:2]) if span else None),
+        dcc.Store(id="tl-zoom", data=None),  # the graph's x zooms (ONLY_ZOOMS), for the server
         dcc.Store(id="tl-link", data=None),  # the launch link drawn on hover (set in the browser)
         dcc.Download(id="tl-download"),
     ])
+
+
+# The graph's relayoutData passed on to the server only when it is an x zoom (or its undoing):
+# plotly also reports its first autosize and the launch-link line drawn on hover, and any
+# request of the Timeline callback makes Dash drop the answer of the one before it, so an
+# autosize reported just after a zoom lost the zoom, and each hover cost a round trip.
+ONLY_ZOOMS = """function(relayout) {
+    const r = relayout || {};
+    const zoom = r['xaxis.autorange'] || ('xaxis.range[0]' in r && 'xaxis.range[1]' in r) || Array.isArray(r['xaxis.range']);
+    return zoom ? r : window.dash_clientside.no_update;
+}"""
+
+
+def inserted_with_tab(triggered: list[str]) -> bool:
+    """True when the Timeline callback's inputs (``ctx.triggered_prop_ids``) changed all at
+    once: Dash calls it so when the tab's content is inserted (its output ``selection`` is
+    outside the tab, so ``prevent_initial_call`` does not hold it back), never for a user's
+    change, which is one input.
+
+    The tab arrives with its figure drawn.  Before this check, opening the Timeline with no
+    selection yet (from the Overview) built the same figure a second time, a callback that
+    stayed pending as long as that took (seconds on a large run or a loaded machine); a
+    search typed meanwhile was intermittently lost (the likely cause of the wait in
+    tests/integration/test_timeline_browser.py).
+    """
+    return len(triggered) > 1
 
 
 def register(app: dash.Dash, data: DashboardData, checked: Any) -> None:
@@ -278,15 +336,16 @@ def register(app: dash.Dash, data: DashboardData, checked: Any) -> None:
 
     @app.callback(Output("tl-graph", "figure"), Output("tl-step", "options"), Output("tl-step", "value"),
                   Output("selection", "data", allow_duplicate=True), Output("tl-window", "data"),
-                  Input("tl-rank", "value"), Input("tl-step", "value"), Input("tl-graph", "relayoutData"),
+                  Input("tl-rank", "value"), Input("tl-step", "value"), Input("tl-zoom", "data"),
                   Input("tl-ranks", "value"), Input("tl-search", "value"),
                   State("run", "value"), State("tl-window", "data"), State("selection", "data"),
                   prevent_initial_call=True)
     def _timeline(rank: Any, step: Any, relayout: Any, ranks: Any, search: Any, run: Any, window: Any,
                   selection: Any) -> Any:
         trig = ctx.triggered_id if isinstance(ctx.triggered_id, str) else None
-        if trig is None or (trig in ("tl-rank", "tl-step") and isinstance(selection, dict)
-                            and (selection.get("rank"), selection.get("step")) == (rank, step)):
+        if trig is None or inserted_with_tab(list(ctx.triggered_prop_ids)) or (
+                trig in ("tl-rank", "tl-step") and isinstance(selection, dict)
+                and (selection.get("rank"), selection.get("step")) == (rank, step)):
             # inserted with the tab, whose figure (zoomed as the selection says) timeline_tab
             # built: drawing it again would cost a second read and lose a linked zoom
             return (dash.no_update,) * 5
@@ -296,6 +355,8 @@ def register(app: dash.Dash, data: DashboardData, checked: Any) -> None:
         return tuple(dash.no_update if v is None else v for v in out)
 
     app.clientside_callback(LINK_ON_HOVER, Output("tl-link", "data"), Input("tl-graph", "hoverData"),
+                            prevent_initial_call=True)
+    app.clientside_callback(ONLY_ZOOMS, Output("tl-zoom", "data"), Input("tl-graph", "relayoutData"),
                             prevent_initial_call=True)
 
     @app.callback(Output("tl-download", "data"), Input("tl-perfetto", "n_clicks"), State("run", "value"),
@@ -307,6 +368,6 @@ def register(app: dash.Dash, data: DashboardData, checked: Any) -> None:
         return checked(perfetto_export, data, run, rank, step, ranks, window)
 
 
-__all__ = ["MAX_DEFAULT_RANKS", "TIMELINE_MAX_BOXES", "TIMELINE_WIDTH_PX", "lanes",
+__all__ = ["FIGURES_KEPT", "MAX_DEFAULT_RANKS", "forget_figures", "TIMELINE_MAX_BOXES", "TIMELINE_WIDTH_PX", "lanes",
            "perfetto_export", "register", "shown_ranks", "step_span", "timeline_figure_of", "timeline_tab",
            "timeline_update", "window_of", "zoom_window"]

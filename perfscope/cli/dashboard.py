@@ -23,7 +23,8 @@ LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 def make_server(runs: list[str], host: str, port: int, config: AnalysisConfig | None = None,
                 allow_hosts: tuple[str, ...] = ()) -> tuple[BaseWSGIServer, dash.Dash]:
     """Build the app for ``runs``, analyse every run (with ``config``, through
-    :func:`perfscope.analyze`), and bind a threaded WSGI server that answers requests
+    :func:`perfscope.analyze`), start building the page and the first Timeline in the
+    background (:func:`~perfscope.dashboards.app.warm_up`), and bind a threaded WSGI server that answers requests
     for ``host`` (and the loopback names when it is loopback) and ``allow_hosts``.
 
     Returns:
@@ -40,7 +41,7 @@ def make_server(runs: list[str], host: str, port: int, config: AnalysisConfig | 
         raise UsageError("the dashboard needs Dash, which is not installed: pip install 'perfscope[dashboard]'") from None
     from werkzeug.serving import make_server as wsgi_server
 
-    from perfscope.dashboards.app import create_app, request_handler
+    from perfscope.dashboards.app import create_app, request_handler, warm_up
 
     def analyze(run: RunLike) -> Analysis:
         import perfscope
@@ -53,6 +54,7 @@ def make_server(runs: list[str], host: str, port: int, config: AnalysisConfig | 
         t = time.perf_counter()
         data.get(i)  # analyse now: errors surface here, and the first page load is fast
         click.echo(f"analysed {label} in {time.perf_counter() - t:.1f} s", err=True)
+    warm_up(app)  # the page and the first Timeline, built while the browser loads its scripts
     _check_bindable(host, port)
     try:
         server = wsgi_server(host, port, app.server, threaded=True, request_handler=request_handler())

@@ -101,6 +101,21 @@ def test_all_ranks_aligned_with_real_lane_names_and_a_zoom_that_keeps_the_spanni
     assert NCCL_KERNEL.split("(")[0] in (page.locator("#tl-graph .hoverlayer").text_content() or "")
 
 
+def test_opening_the_timeline_draws_its_figure_once(page: Any) -> None:
+    # GIVEN the Overview, no selection yet WHEN the Timeline tab opens
+    figures: list[str] = []
+    page.on("response", lambda r: "_dash-update-component" in r.url and r.status == 200
+            and figures.append(r.text()))
+    _open_timeline(page)
+    page.wait_for_function("() => !document.querySelector('[data-dash-is-loading=\"true\"]')")
+    page.wait_for_load_state("networkidle")
+    # THEN the figure comes once, with the tab: no callback builds it again
+    with_tab = [f for f in figures if '"tab-content"' in f]
+    redrawn = [f for f in figures if json.loads(f).get("response", {}).get("tl-graph")]
+    assert len(with_tab) == 1 and '"tl-graph"' in with_tab[0]
+    assert redrawn == [], f"{len(redrawn)} more Timeline figure(s) sent after the tab"
+
+
 def test_search_outlines_the_named_kernel(page: Any) -> None:
     title = _open_timeline(page)
     # Type once no callback is pending, as a user would after seeing the figure.
@@ -159,8 +174,15 @@ def test_counter_tracks_of_a_run_with_nvml_samples(page: Any) -> None:
             }
         }
         return best.slice(0, 2); }""")
+    asked: list[str] = []  # what the hover asks the server's Timeline callback (nothing: drawn in the browser)
+    page.on("request", lambda r: asked.append(r.post_data or "") if "_dash-update-component" in r.url
+            and "tl-graph.figure" in (r.post_data or "") else None)
     page.locator("#tl-graph .barlayer .trace").nth(bar).locator("path").nth(point).hover(force=True)
     page.wait_for_function("() => (document.querySelector('#tl-graph .js-plotly-plot').layout.shapes || [])"
                            ".some(s => s.name === 'launch-link')")
     assert "launched by cudaLaunch" in (page.locator("#tl-graph .hoverlayer").text_content() or "")
+    page.wait_for_timeout(300)
+    # the line's relayout is not a zoom: no request, which would have made Dash drop the answer
+    # to a zoom or search still on its way
+    assert asked == []
     _shot(page, "timeline-launch-link")

@@ -144,11 +144,11 @@ def test_timeline_update_by_dropdown_and_zoom(data: DashboardData) -> None:
     fig, options, value, sel, window = timeline_callbacks.timeline_update(data, 0, 0, 11, None, "tl-step")
     assert options is None and value is None and "rank 0, step 11" in fig.layout.title.text
     zoom = {"xaxis.range[0]": 2.0, "xaxis.range[1]": 4.0}
-    fig, *rest, _ = timeline_callbacks.timeline_update(data, 0, 0, 11, zoom, "tl-graph")
+    fig, *rest, _ = timeline_callbacks.timeline_update(data, 0, 0, 11, zoom, "tl-zoom")
     assert list(fig.layout.xaxis.range) == pytest.approx([2.0, 4.0])
     # the zoom goes into the selection (and so into the URL)
     assert rest == [None, None, {"run": 0, "rank": 0, "step": 11, "zoom": [2.0, 4.0]}]
-    assert timeline_callbacks.timeline_update(data, 0, 0, 11, {"autosize": True}, "tl-graph") is None
+    assert timeline_callbacks.timeline_update(data, 0, 0, 11, {"autosize": True}, "tl-zoom") is None
     rd = data.get(0)
     span = timeline_callbacks.step_span(rd, [0, 1], 0, 11)
     assert timeline_callbacks.zoom_window(span, {"xaxis.autorange": True}) == span[:2]
@@ -160,7 +160,7 @@ def test_zoom_inside_a_long_collective_still_draws_it(data: DashboardData) -> No
     # inside it used to read no row and draw "no events".
     for x0, x1 in ((15.0, 15.2), (15.5, 15.5001)):
         fig, *_ = timeline_callbacks.timeline_update(data, 0, 0, 11, {"xaxis.range[0]": x0, "xaxis.range[1]": x1},
-                                                     "tl-graph", [0])
+                                                     "tl-zoom", [0])
         assert [t.name for t in fig.data] == ["rank 0 · stream 20", "rank 0 · NCCL"]
         assert list(fig.layout.xaxis.range) == pytest.approx([x0, x1])
 
@@ -235,3 +235,32 @@ def test_warm_up_toggle_reaches_overview_and_compare(data: DashboardData) -> Non
     b = _json(callbacks.render_tab(data, "overview", 0, None, ["include"]))
     assert "none detected" in a and a == b
     assert "median step time" in _json(callbacks.compare_update(data, 0, 1, ["include"]))
+
+
+def test_the_page_is_built_once_and_preloads_plotly(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from perfscope.dashboards.app import PRELOADED, create_app, warm_up
+
+    # GIVEN an app, counting how often the page is built
+    make_run(tmp_path / "a", steps=4)
+    built: list[int] = []
+    page = layout.page
+    monkeypatch.setattr(layout, "page", lambda d: built.append(1) or page(d))
+    app = create_app([str(tmp_path / "a")], analyze=analysis_for)
+    client = app.server.test_client()
+    # WHEN the warm-up has run and the page loads twice
+    warm_up(app).join()
+    index = client.get("/").get_data(as_text=True)
+    layouts = [client.get("/_dash-layout").get_data(as_text=True) for _ in range(2)]
+    # THEN the page was built once, both loads got it, and the index asks for plotly.js and
+    # the Graph's chunk at once (before Dash would, once the layout came back)
+    assert built == [1] and layouts[0] == layouts[1] and "median step time" in layouts[0]
+    for path in PRELOADED:
+        assert f'<link rel="preload" as="script" href="/_dash-component-suites/{path}">' in index
+    assert "plotly/package_data/plotly.min.js" in PRELOADED
+    # AND the default Timeline was drawn by the warm-up: opening the tab draws nothing new
+    data = app.server.config["perfscope_data"]
+    drawn: list[int] = []
+    build = timeline_callbacks._build
+    monkeypatch.setattr(timeline_callbacks, "_build", lambda *a: drawn.append(1) or build(*a))
+    callbacks.render_tab(data, "timeline", 0, None)
+    assert drawn == []

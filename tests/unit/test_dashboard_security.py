@@ -265,7 +265,7 @@ def test_a_forged_rank_is_refused_by_the_tables_and_the_timeline(runs: list[str]
                       f"{table}-rank.value")
         assert r.status_code == 400, (table, rank, r.data[:200])
     r = _callback(client, "tl-graph.figure", [("tl-rank", "value", rank), ("tl-step", "value", 1),
-                                              ("tl-graph", "relayoutData", None), *_TL_MORE], _TL_STATE,
+                                              ("tl-zoom", "data", None), *_TL_MORE], _TL_STATE,
                   "tl-rank.value")
     assert r.status_code == 400, (rank, r.data[:200])
 
@@ -274,8 +274,8 @@ def test_a_forged_step_is_refused_by_the_timeline(runs: list[str]) -> None:
     client = _client(runs)
     for step in (True, 1.5, " 2 "):
         r = _callback(client, "tl-graph.figure", [("tl-rank", "value", 0), ("tl-step", "value", step),
-                                                  ("tl-graph", "relayoutData", {"xaxis.autorange": True}),
-                                                  *_TL_MORE], _TL_STATE, "tl-graph.relayoutData")
+                                                  ("tl-zoom", "data", {"xaxis.autorange": True}),
+                                                  *_TL_MORE], _TL_STATE, "tl-zoom.data")
         assert r.status_code == 400, (step, r.data[:200])
 
 
@@ -284,7 +284,7 @@ def test_a_forged_step_is_refused_by_the_timeline(runs: list[str]) -> None:
 def test_forged_timeline_ranks_and_windows_are_refused(runs: list[str], ranks: Any, window: Any) -> None:
     client = _client(runs)
     r = _callback(client, "tl-graph.figure", [("tl-rank", "value", 0), ("tl-step", "value", 10),
-                                              ("tl-graph", "relayoutData", None), ("tl-ranks", "value", ranks),
+                                              ("tl-zoom", "data", None), ("tl-ranks", "value", ranks),
                                               ("tl-search", "value", "x")],
                   [("run", "value", 0), ("tl-window", "data", window), ("selection", "data", None)], "tl-search.value")
     assert r.status_code == 400, (ranks, window, r.data[:200])

@@ -212,7 +212,7 @@ def test_all_ranks_are_aligned_on_one_axis_with_steady_lanes(data: DashboardData
     t0, t1, origin = tc.step_span(rd, [0, 1, 2], 1, 12)
     assert origin == rd.step_window(1, 12)[0] and t1 - t0 == rd.step_window(2, 12)[1] - rd.step_window(2, 12)[0]
     # zooming keeps every lane in its row, also lanes with nothing in the window
-    zoomed, *_ = tc.timeline_update(data, 0, 1, 12, {"xaxis.range[0]": 15.0, "xaxis.range[1]": 15.2}, "tl-graph")
+    zoomed, *_ = tc.timeline_update(data, 0, 1, 12, {"xaxis.range[0]": 15.0, "xaxis.range[1]": 15.2}, "tl-zoom")
     assert _lanes(zoomed) == _lanes(fig)
     # on one clock: ranks 0 and 1 are inside their exposed all-reduce (72-85% of a 20 ms step),
     # the straggler, whose step lasts 23 ms, is still in its backward pass
@@ -224,7 +224,7 @@ def test_all_ranks_are_aligned_on_one_axis_with_steady_lanes(data: DashboardData
 
 def test_ranks_shown_search_and_window_survive_each_other(data: DashboardData) -> None:
     zoom = {"xaxis.range[0]": 2.0, "xaxis.range[1]": 4.0}
-    fig, options, value, sel, window = tc.timeline_update(data, 0, 0, 11, zoom, "tl-graph", [0, 2], "", None)
+    fig, options, value, sel, window = tc.timeline_update(data, 0, 0, 11, zoom, "tl-zoom", [0, 2], "", None)
     # the zoom goes into the selection (ms since the focus rank's step start), so into the URL
     assert options is None and value is None and sel == {"run": 0, "rank": 0, "step": 11, "zoom": [2.0, 4.0]}
     assert {r for r, _ in [(int(t.split(" ")[1]), 0) for t in _lanes(fig)]} == {0, 2}
