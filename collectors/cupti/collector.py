@@ -14,7 +14,6 @@ Two ways on from there:
 """
 from __future__ import annotations
 
-import ctypes
 import os
 import threading
 import time
@@ -25,7 +24,7 @@ import numpy as np
 
 from pathlib import Path
 
-from perfscope.collectors.cupti import cbids, decode, layouts, probe, uvm
+from perfscope.collectors.cupti import attach, cbids, decode, layouts, probe, uvm
 from perfscope.collectors.base import Writer
 from perfscope.collectors.cupti.decoder import RecordStream
 from perfscope.collectors.cupti.native import Sink
@@ -53,26 +52,12 @@ DEFAULT_KINDS = ("kernel", "memcpy", "memset", "sync", "runtime", "driver", "nvt
 API_SOURCES = ("callback", "activity")
 DEFAULT_API_SOURCE = "callback"
 _API_DOMAIN = {layouts.KIND_DRIVER: 1, layouts.KIND_RUNTIME: 2}  # CUpti_CallbackDomain
-SUBSCRIBER_NAME = "perfscope"
-ERROR_MULTIPLE_SUBSCRIBERS = 39  # CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED
 
 
 def _cupti() -> Any:
     from cupti import cupti
 
     return cupti
-
-
-def _sync_current_context() -> None:
-    """cuCtxSynchronize() on this thread's current context, if there is one (so no kernel
-    is still running when the last buffers are force-flushed)."""
-    try:
-        cuda = ctypes.CDLL("libcuda.so.1")
-    except OSError:
-        return
-    ctx = ctypes.c_void_p(0)
-    if cuda.cuCtxGetCurrent(ctypes.byref(ctx)) == 0 and ctx.value:
-        cuda.cuCtxSynchronize()
 
 
 class CuptiCollector:
@@ -153,7 +138,7 @@ class CuptiCollector:
         self._cupti_kinds = sorted({k for name in kinds for k in KINDS[name]})
         self._sink: Sink | None = None
         self._enabled: list[int] = []
-        self._subscriber: int | None = None
+        self._subscriber: Any = None
         self._uvm: uvm.UvmCounters | None = None
         self._native_subscriber = False
         self._api_from_callback = False
@@ -212,7 +197,7 @@ class CuptiCollector:
         cupti = _cupti()
         sink = self._open_sink()
         if not self._subscribe_native(sink):
-            self._subscribe(cupti)
+            self._subscriber = attach.take_slot(cupti, self.warnings)
         try:
             sink.reset()  # only now: a start refused above must not touch another's records
             self._start_sink(cupti, sink)
@@ -222,49 +207,6 @@ class CuptiCollector:
         self._state = "running"
         self._start_ns = time.time_ns()
         self._setup_ns = time.perf_counter_ns() - t0
-
-    def _subscribe(self, cupti: Any) -> None:
-        """Claim CUPTI's one subscriber slot so that tools starting later see perfscope.
-
-        A slot held by torch's Kineto while torch.profiler is idle (Kineto keeps its
-        subscription after its first use) is no conflict for the activity API; a slot
-        held by anything else is.
-        """
-        tool = probe.external_tool()
-        params: Any = None
-        try:
-            params = cupti.SubscriberParams()
-            params.struct_size = cupti.SUBSCRIBER_PARAMS_SIZE
-            params.subscriber_name = SUBSCRIBER_NAME
-        except Exception:  # noqa: BLE001 - fall back to the unnamed subscribe below
-            params = None
-        holder = ""
-        try:
-            if params is not None:
-                self._subscriber = cupti.subscribe_v2(_no_callback, 0, params.ptr)
-            else:
-                self._subscriber = cupti.subscribe(_no_callback, 0)
-            return
-        except cupti.cuptiError as e:
-            try:
-                holder = str(params.old_subscriber_name or "") if params is not None else ""
-            except Exception:  # noqa: BLE001
-                holder = ""
-            if "MULTIPLE" not in str(e) and str(ERROR_MULTIPLE_SUBSCRIBERS) not in str(e):
-                raise CuptiUnavailableError(f"cuptiSubscribe failed: {e}") from None
-        import sys
-
-        if tool is None and "torch" in sys.modules and not probe.torch_profiler_active():
-            self.warnings.append(
-                f"CUPTI subscriber slot is held by {holder or 'another client'} (torch's Kineto keeps it after a "
-                "torch.profiler session); recording through the activity API anyway"
-            )
-            return
-        who = holder or tool or "another CUPTI client"
-        raise CuptiUnavailableError(
-            f"CUPTI is already in use by {who} and this driver allows one CUPTI client per process; "
-            "record without it, or use that tool's trace (`perfscope import kineto` reads torch.profiler traces)"
-        )
 
     def _open_sink(self) -> Sink:
         sink = Sink()
@@ -336,27 +278,8 @@ class CuptiCollector:
             self._uvm.start()
 
     def _filter_api(self, cupti: Any) -> None:
-        """Stop CUPTI from making records for API calls that neither launch, copy nor
-        synchronise (cudaGetDevice and friends, thousands per step).
-
-        The RUNTIME/DRIVER kinds trace every call; CUPTI's per-call-id switch then turns
-        single ids off.  (Its documented other use, tracing chosen ids without the kind,
-        recorded nothing with libcupti 13.0.85 on the H200.)  The sink filters too, in case
-        a switch fails.  Enabling the kind again (the next session, torch.profiler) resets
-        the switches, so stop() only disables the kind.
-        """
-        plan = []
-        if layouts.KIND_RUNTIME in self._enabled:
-            plan.append((cbids.RUNTIME_CBID_SIZE, cbids.RUNTIME, cupti.activity_enable_runtime_api))
-        if layouts.KIND_DRIVER in self._enabled:
-            plan.append((cbids.DRIVER_CBID_SIZE, cbids.DRIVER, cupti.activity_enable_driver_api))
-        for size, keep, fn in plan:
-            for cbid in range(1, size):
-                if cbid not in keep:
-                    try:
-                        fn(cbid, 0)
-                    except Exception:  # noqa: BLE001 - the sink's filter still applies
-                        break
+        """Turn off CUPTI's records of API calls perfscope does not keep (:func:`.attach.filter_api`)."""
+        attach.filter_api(cupti, self._enabled)
 
     # ------------------------------------------------------------ pause/resume ----
     def pause(self) -> None:
@@ -411,7 +334,7 @@ class CuptiCollector:
         records are flushed, not lost with CUPTI's buffers."""
         assert self._sink is not None
         with self._lock:
-            _sync_current_context()
+            attach.sync_current_context()
             self._sink.flush(forced=True)
             self._stats_clock = self._clock_now(cupti)  # the last CUPTI call before the finalize
             self._sink.set_detached(True)  # from here no thread of the sink calls CUPTI
@@ -463,7 +386,7 @@ class CuptiCollector:
             self._api_from_callback = False
             self._warn_once("the API callback could not subscribe again after a detach; API records come from "
                             "CUPTI's activity kinds from here on")
-        self._subscribe(cupti)
+        self._subscriber = attach.take_slot(cupti, self.warnings)
 
     # ------------------------------------------------------------------ flush ----
     def flush(self) -> None:
@@ -536,7 +459,7 @@ class CuptiCollector:
             return {"rows": dict(self._stream.rows), "warnings": list(self.warnings)}
         cupti = _cupti()
         try:
-            _sync_current_context()
+            attach.sync_current_context()
             with self._lock:
                 assert self._sink is not None
                 let_go = self.detach and not self._detached and self._may_detach()
@@ -673,6 +596,3 @@ def _release(coll: CuptiCollector) -> None:
         if coll in _ACTIVE:
             _ACTIVE.remove(coll)
 
-
-def _no_callback(*_args: Any) -> None:
-    """Callback for the subscription: perfscope enables no callbacks, so it never runs."""

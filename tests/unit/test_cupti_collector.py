@@ -205,7 +205,7 @@ def _detach_fixture(monkeypatch: pytest.MonkeyPatch, profiler_active: bool = Fal
         set_thread_id_type=lambda t: None, ActivityThreadIdType=types.SimpleNamespace(SYSTEM=1),
     )
     monkeypatch.setattr(mod, "_cupti", lambda: fake)
-    monkeypatch.setattr(mod, "_sync_current_context", lambda: log.append(("sync", None)))
+    monkeypatch.setattr(mod.attach, "sync_current_context", lambda: log.append(("sync", None)))
     monkeypatch.setattr(probe, "torch_profiler_active", lambda: profiler_active)
     coll = CuptiCollector(_Writer(), kinds=("kernel", "runtime"), detach=True)
     sink = _DetachSink()
