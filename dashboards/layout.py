@@ -15,6 +15,7 @@ import pandas as pd
 from dash import dash_table, dcc, html
 
 from perfscope.dashboards import figures, tables
+from perfscope.dashboards.step_breakdown import step_breakdown
 from perfscope.dashboards.data import DashboardData, RunData
 from perfscope.reports.style import BUCKET_COLORS, BUCKET_LABELS, fmt_duration, fmt_evidence, fmt_share
 from perfscope.reports.style import fmt_ms as _fmt_ms
@@ -235,8 +236,9 @@ def _no_steps_reason(rd: RunData) -> str:
 
 
 def overview(rd: RunData, include_warmup: bool = False) -> html.Div:
-    """Overview tab: run facts, environment findings, bucket bars (warm-up steps left out
-    unless ``include_warmup``, then hatched), top recommendations."""
+    """Overview tab: the step breakdown in plain HTML (drawn before plotly.js has loaded),
+    run facts, environment findings, bucket bars (warm-up steps left out unless
+    ``include_warmup``, then hatched), top recommendations."""
     facts = html.Table([html.Tr([html.Th(k, style={"textAlign": "left", "paddingRight": "14px"}), html.Td(v)])
                         for k, v in _facts(rd, include_warmup)], id="run-facts")
     findings = _findings(rd)
@@ -246,7 +248,9 @@ def overview(rd: RunData, include_warmup: bool = False) -> html.Div:
         html.Pre("\n".join(f"{k}={v}" for k, v in sorted(env.items(), key=lambda kv: str(kv[0]))),
                  style={"fontSize": "12px"}),
     ]) if env else html.Div()
+    summary = rd.summary_steps(include_warmup)
     return html.Div([
+        step_breakdown(summary, rd.warmup, include_warmup),
         html.Div([
             html.Div([html.H4("Run"), facts], style={"flex": "1", "minWidth": "380px"}),
             html.Div([
@@ -257,8 +261,8 @@ def overview(rd: RunData, include_warmup: bool = False) -> html.Div:
         ], style={"display": "flex", "gap": "24px", "flexWrap": "wrap"}),
         overview_counters(rd),
         *([empty_reason(_no_steps_reason(rd), "overview")] if rd.steps.empty else [
-            pick_graph("steps", figures.bucket_bars_by_step(rd.summary_steps(include_warmup), warmup=rd.warmup)),
-            pick_graph("ranks", figures.bucket_bars_by_rank(rd.summary_steps(include_warmup)))]),
+            pick_graph("steps", figures.bucket_bars_by_step(summary, warmup=rd.warmup)),
+            pick_graph("ranks", figures.bucket_bars_by_rank(summary))]),
         html.H4("Top recommendations"),
         html.Div(recommendation_cards(rd), id="recommendations"),
     ])

@@ -5,11 +5,12 @@ import json
 
 import numpy as np
 import pandas as pd
+import plotly
 import plotly.graph_objects as go
 import pytest
 
 from perfscope.analyzers.result import BUCKETS
-from perfscope.dashboards import figures, rank_figures, tables
+from perfscope.dashboards import figures, rank_figures, step_breakdown, tables
 from perfscope.reports import style
 
 pytestmark = pytest.mark.filterwarnings("ignore:(?s).*dash_table.DataTable:DeprecationWarning")
@@ -138,3 +139,44 @@ def test_wait_heatmap_scale_starts_at_zero_and_spans_a_tenth_of_a_step() -> None
     hm = figures.rank_step_heatmap(steps, "sync_ns").data[0]
     assert hm.zmin == 0.0 and hm.zmax >= 0.1 * steps["wall_ns"].median() / 1e6
     assert figures.rank_step_heatmap(steps, "wall_ns").data[0].zmin is None
+
+
+def _props(component: object) -> list[dict]:
+    """Every component under ``component`` (itself first) as its JSON props."""
+    out, todo = [], [json.loads(json.dumps(component, cls=plotly.utils.PlotlyJSONEncoder))]
+    while todo:
+        c = todo.pop(0)
+        if isinstance(c, dict) and "props" in c:
+            out.append(c["props"])
+            kids = c["props"].get("children")
+            todo.extend(kids if isinstance(kids, list) else [kids])
+    return out
+
+
+def test_step_breakdown_is_html_with_the_shares_colours_and_values_as_text() -> None:
+    # GIVEN 2 ranks x 3 steps (rank 0: 1..6 ms per bucket, rank 1: twice that; 189 ms in all)
+    steps = _steps()
+    # WHEN the Overview's HTML breakdown is built (steps 100 as warm-up, left out)
+    div = step_breakdown.step_breakdown(steps[steps["step"] != 100], warmup=(100,))
+    props = _props(div)
+    # THEN one box per bucket, in bucket order, width = share of the summed step time
+    boxes = [p for p in props if p.get("className") == "breakdown-box"]
+    assert [p["data-bucket"] for p in boxes] == list(BUCKETS)
+    assert [p["style"]["background"] for p in boxes] == [style.BUCKET_COLORS[b] for b in BUCKETS]
+    assert [float(p["data-share"]) for p in boxes] == pytest.approx([4.8, 9.5, 14.3, 19.0, 23.8, 28.6])
+    assert float(boxes[0]["style"]["width"].rstrip("%")) == pytest.approx(100 / 21, abs=1e-4)
+    # each value is also text: the box's title and the legend (ms per step = mean over rank x step rows)
+    assert boxes[0]["title"] == "compute 1.50 ms per step (4.8%)"
+    legend = [p for p in props if p.get("className") == "breakdown-item"]
+    assert json.dumps(legend[4]).count("data loading") == 1 and "7.50 ms (23.8%)" in json.dumps(legend[4])
+    title = next(p for p in props if p.get("id") == "step-breakdown-title")["children"]
+    assert title == ("Where the step time goes: mean of 2 steps on 2 ranks, 31.5 ms per step; "
+                     "warm-up step 100 excluded")
+    # no plotly anywhere in it: React draws it without plotly.js
+    assert "figure" not in json.dumps(props)
+
+
+def test_step_breakdown_without_step_time_is_left_out() -> None:
+    assert step_breakdown.step_breakdown(_steps().iloc[:0]) is None
+    zero = _steps().assign(**{f"{b}_ns": 0 for b in BUCKETS}, wall_ns=0)
+    assert step_breakdown.step_breakdown(zero) is None
