@@ -227,6 +227,11 @@ def browser_first_paint(app: Any) -> dict[str, Any]:
                 slowest = max(clock.times, default=(0.0, 0.0))
                 interactions[name] = (slowest[0], slowest[1], time.perf_counter() - t)
             out["interactions"] = interactions
+            from perfscope.reports.style import BUCKET_COLORS
+
+            colours = [c for b, c in BUCKET_COLORS.items() if b != "host"]  # grey would match the page's own greys
+            out["filmstrip_breakdown_s"] = [filmstrip_first_colour(b, url, colours, dump=os.environ.get("FILMSTRIP_DIR"))
+                                            for _ in range(3)]
             b.close()
     finally:
         server.shutdown()
@@ -243,6 +248,48 @@ _FRAMES = ("window.__drawnMs = {}; for (const [k, sel] of [['html', '#step-break
            " ['figure', '.legendtext']]) new MutationObserver((_, obs) => { if (document.querySelector(sel)) {"
            " obs.disconnect(); requestAnimationFrame(() => { window.__drawnMs[k] = performance.now(); }); } })"
            ".observe(document, {childList: true, subtree: true});")
+
+
+def filmstrip_first_colour(b: Any, url: str, colours: list[str], min_pixels: int = 150,
+                           dump: str | None = None) -> float | None:
+    """One cold-cache load recorded with Chromium's filmstrip (the frames the compositor
+    presented, as DevTools' Performance panel shows them, scaled down): seconds from the
+    navigation's start to the first frame holding ``min_pixels`` pixels of the ``colours``
+    (the buckets' colours: the HTML step breakdown, which precedes every plotly figure), or
+    None.  Unlike a poll from the page, the filmstrip sees a frame drawn before a long script.
+    ``dump``: write the frames there as ``<ms>.jpg`` (to look at them)."""
+    import base64
+    import io
+    import json as _json
+
+    from PIL import Image
+
+    page = _new_page(b)
+    b.start_tracing(page=page, screenshots=True,
+                    categories=["devtools.timeline", "disabled-by-default-devtools.screenshot", "blink.user_timing"])
+    _load_until_drawn(page, url)
+    events = _json.loads(b.stop_tracing())
+    events = events["traceEvents"] if isinstance(events, dict) else events
+    page.close()
+    nav = [e["ts"] for e in events if e.get("name") == "navigationStart"]
+    if not nav:
+        return None
+    wants = [tuple(int(c.lstrip("#")[i:i + 2], 16) for i in (0, 2, 4)) for c in colours]
+    found = None
+    for e in sorted((e for e in events if e.get("name") == "Screenshot"), key=lambda e: e["ts"]):
+        if e["ts"] < min(nav):
+            continue
+        raw = base64.b64decode(e["args"]["snapshot"])
+        if dump:
+            Path(dump).mkdir(parents=True, exist_ok=True)
+            (Path(dump) / f"{(e['ts'] - min(nav)) // 1000:05d}.jpg").write_bytes(raw)
+        img = Image.open(io.BytesIO(raw)).convert("RGB")
+        near = sum(1 for px in img.getdata() if any(sum(abs(a - w) for a, w in zip(px, want)) < 60 for want in wants))
+        if near >= min_pixels and found is None:
+            found = (e["ts"] - min(nav)) / 1e6
+            if not dump:
+                break
+    return found
 
 
 def _new_page(b: Any) -> Any:
@@ -289,6 +336,10 @@ def _browser_rows(res: dict[str, Any]) -> None:
                   f"{_spread(fig_s)}; CPU time = the page's main-thread work, least of 3) "
                   f"| **{statistics.median(fig_s):.2f} s** | {res['browser_busy_s']:.2f} s | "
                   f"{res['transfer_cold_bytes'] / 1e6:.2f} MB transferred |")
+            strip = [t for t in res.get("filmstrip_breakdown_s") or [] if t is not None]
+            if strip:
+                print(f"| **browser, Chromium's filmstrip: first presented frame showing the HTML step breakdown, "
+                      f"cache cold** (median of {len(strip)}, {_spread(strip)}) | **{statistics.median(strip):.2f} s** | | |")
         else:
             print(f"| **browser: navigation to the first drawn figure, cache warm** (the same browser again; median "
                   f"of 3, {_spread(fig_s)}) | **{statistics.median(fig_s):.2f} s** | | "

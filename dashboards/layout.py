@@ -100,7 +100,7 @@ def page(data: DashboardData) -> html.Div:
         dcc.Tabs(id="tabs", value="overview", children=tabs),
         dcc.Loading(html.Div(kept_tab(data, "overview", 0, False, lambda: overview(data.get(0))), id="tab-content",
                              style={"padding": "8px 4px"}),
-                    type="default", delay_show=300),
+                    type="default", delay_show=300, show_initially=False),
         dcc.Store(id="selection", data=None),
         dcc.Store(id="url-loaded", data=False),  # set once the URL's state has been applied
     ], style={"fontFamily": "system-ui, sans-serif", "margin": "0 18px"})
