@@ -489,9 +489,6 @@ class CuptiCollector:
 
     def _teardown(self, cupti: Any) -> None:
         """Disable what start() enabled and give up the subscriber slot (no finalize)."""
-        if self._uvm is not None:
-            self._uvm.stop()
-            self._uvm = None
         for k in self._enabled:
             try:
                 cupti.activity_disable(k)

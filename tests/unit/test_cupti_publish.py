@@ -68,17 +68,24 @@ KILLS = {
 }
 
 
+
+def _decoder_over_segments(sink, run):  # noqa: ANN001, ANN202 - test helper
+    """Write :data:`SEGMENTS` through ``sink``; return rank 0's decoder, its lock held."""
+    for names, start in SEGMENTS:
+        _feed(sink, names, start)
+        sink.segments_cycle()
+    dec = decoder.RankDecoder(run, 0)
+    assert dec.acquire()
+    return dec
+
+
 @pytest.mark.parametrize("kill", list(KILLS))
 def test_recover_after_a_decoder_killed_mid_publish_yields_every_record_once(writing, kill: str,  # noqa: F811
                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     sink, folder = writing  # noqa: F811
     run = folder.parents[1]
-    for names, start in SEGMENTS:
-        _feed(sink, names, start)
-        sink.segments_cycle()
     # GIVEN a decoder killed at one step of publishing its batch
-    dec = decoder.RankDecoder(run, 0)
-    assert dec.acquire()
+    dec = _decoder_over_segments(sink, run)
     calls = _kill_at(monkeypatch, *KILLS[kill])
     with pytest.raises(Killed):
         dec.decode_pending()
@@ -112,11 +119,7 @@ def test_a_restarted_decoder_finishes_the_journaled_batch_without_decoding_it_ag
         writing, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
     sink, folder = writing  # noqa: F811
     run = folder.parents[1]
-    for names, start in SEGMENTS:
-        _feed(sink, names, start)
-        sink.segments_cycle()
-    dec = decoder.RankDecoder(run, 0)
-    assert dec.acquire()
+    dec = _decoder_over_segments(sink, run)
     _kill_at(monkeypatch, publish, "retire", 1, False)
     with pytest.raises(Killed):
         dec.decode_pending()
@@ -151,11 +154,7 @@ def test_finish_completes_a_batch_a_failed_call_left_staged(writing, monkeypatch
     # the launcher notes the error and finishes the rank all the same
     sink, folder = writing  # noqa: F811
     run = folder.parents[1]
-    for names, start in SEGMENTS:
-        _feed(sink, names, start)
-        sink.segments_cycle()
-    dec = decoder.RankDecoder(run, 0)
-    assert dec.acquire()
+    dec = _decoder_over_segments(sink, run)
     _kill_at(monkeypatch, integrity.ManifestWriter, "add", 4, False)
     with pytest.raises(Killed):
         dec.decode_pending(final=True)
