@@ -362,10 +362,10 @@ class CuptiCollector:
             self._paused = False
 
     def _drop_subscription(self, cupti: Any) -> None:
-        """Stop the UVM counters and give the subscriber slot back (no finalize)."""
+        """Stop the UVM counters (kept for their state in the statistics; an attach arms new
+        ones) and give the subscriber slot back (no finalize)."""
         if self._uvm is not None:
             self._uvm.stop()
-            self._uvm = None
         self._enabled = []
         if self._native_subscriber and self._sink is not None:
             self._sink.unsubscribe()

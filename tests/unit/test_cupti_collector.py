@@ -241,3 +241,16 @@ def test_no_detach_while_torch_profiler_shares_cupti(monkeypatch: pytest.MonkeyP
     coll.pause()
     assert ("finalize", None) not in log and not coll._detached
     assert sink.calls == [("switch_api", False)]
+
+
+def test_detach_keeps_the_uvm_counters_state_for_the_statistics(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The statistics report the Unified Memory counters that were armed (tests/gpu/test_uvm_gpu.py
+    reads them), so letting go of CUPTI stops the counters but keeps their state."""
+    import types
+
+    coll, _, _ = _detach_fixture(monkeypatch)
+    stopped: list[bool] = []
+    counters = types.SimpleNamespace(stop=lambda: stopped.append(True), state=lambda: {"counters": ["htod"]})
+    coll._uvm = counters
+    coll.pause()
+    assert stopped == [True] and coll._uvm is counters
