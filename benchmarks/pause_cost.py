@@ -1,6 +1,7 @@
 """What CUPTI still costs the training step once perfscope's collector is paused or stopped.
 
-    python benchmarks/pause_cost.py [--kinds default|nouvm|kernel] [--detach | --finalize] [--blocks 4] [--steps 10]
+    python benchmarks/pause_cost.py [--kinds default|nouvm|kernel] [--detach | --finalize] [--uvm auto|always|off]
+                                    [--uvm-left-on] [--blocks 4] [--steps 10]
 
 In one process, the 8-layer transformer step of ``overhead.py`` is timed in phases, each
 ``--blocks`` blocks of the median of ``--steps`` steps: ``before`` (CUPTI never used),
@@ -12,7 +13,11 @@ finalize: does CUPTI come back, and does it record?) and ``torch_after`` (whethe
 torch.profiler still records GPU events in this process afterwards).  With ``--detach`` the
 collector does it itself (``CuptiCollector(detach=True)``, what ``PERFSCOPE_CUPTI_DETACH=1``
 gives ``perfscope record``): ``paused`` is then CUPTI finalized by :meth:`pause`, followed by
-``resumed`` (attached again by :meth:`resume`; its records are counted) and ``stopped``.
+``resumed`` (attached again by :meth:`resume`; its records are counted) and ``stopped``; the
+detach at pause is timed by part (GPU synchronise, the sink's forced flush, Unified Memory
+counters off, unsubscribe, ``cuptiFinalize``).  ``--uvm always`` arms the Unified Memory
+counters at once (the job allocates no managed memory: ``auto`` never arms them), and
+``--uvm-left-on`` leaves them on for ``cuptiFinalize`` to tear down.
 
 Prints one line per phase (median step ms of its blocks, ratio to ``before``) and writes
 ``pause_cost_<kinds>.json`` to ``--out`` (or ``$OUT``).
@@ -35,11 +40,53 @@ KINDS = {
 }
 
 
+def _time_detach_parts(coll: Any, uvm_left_on: bool = False) -> dict[str, float]:
+    """Wrap the calls a detach makes (GPU synchronise, the sink's forced flush, the Unified
+    Memory counters off, giving the subscriber slot back, ``cuptiFinalize``) in timers;
+    returns the dict they add ms to."""
+    import time
+
+    from cupti import cupti
+
+    from perfscope.collectors.cupti import attach
+
+    parts: dict[str, float] = {}
+
+    def timed(name: str, fn: Any) -> Any:
+        def wrapper(*a: Any, **k: Any) -> Any:
+            t0 = time.perf_counter_ns()
+            try:
+                return fn(*a, **k)
+            finally:
+                parts[name] = parts.get(name, 0.0) + (time.perf_counter_ns() - t0) / 1e6
+        return wrapper
+
+    attach.sync_current_context = timed("synchronize", attach.sync_current_context)
+    coll._sink.flush = timed("sink_flush", coll._sink.flush)
+    coll._sink.set_detached = timed("set_detached", coll._sink.set_detached)
+    if coll._uvm is not None and uvm_left_on:
+        def leave_on() -> None:  # the experiment: leave the armed counters to cuptiFinalize
+            coll._uvm._stop.set()
+            coll._uvm.enabled = False
+        coll._uvm.stop = leave_on
+    if coll._uvm is not None:
+        coll._uvm.stop = timed("uvm_counters_off", coll._uvm.stop)
+    coll._sink.unsubscribe = timed("callback_unsubscribe", coll._sink.unsubscribe)
+    cupti.unsubscribe = timed("cupti_unsubscribe", cupti.unsubscribe)
+    cupti.finalize = timed("cuptiFinalize", cupti.finalize)
+    return parts
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--kinds", choices=list(KINDS), default="default")
     ap.add_argument("--finalize", action="store_true")
     ap.add_argument("--detach", action="store_true", help="the collector's own detach at pause and stop")
+    ap.add_argument("--uvm", choices=("auto", "always", "off"), default="auto",
+                    help="when the collector arms the Unified Memory counters (always: a detach is forced anyway, "
+                         "to time it)")
+    ap.add_argument("--uvm-left-on", action="store_true",
+                    help="with --uvm always: the detach leaves the counters on, to cuptiFinalize")
     ap.add_argument("--blocks", type=int, default=4)
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
@@ -64,10 +111,16 @@ def main(argv: list[str] | None = None) -> int:
 
     kw: dict[str, Any] = {} if KINDS[args.kinds] is None else {"kinds": KINDS[args.kinds]}
     phase("before")
-    coll = CuptiCollector(_CountingWriter(), detach=args.detach, **kw)
+    coll = CuptiCollector(_CountingWriter(), detach=args.detach, uvm_counters=args.uvm, **kw)
     coll.start()
     phase("active")
+    parts = _time_detach_parts(coll, args.uvm_left_on) if args.detach else {}
+    if args.detach and args.uvm == "always":
+        coll._may_detach = lambda: True  # detach with the counters armed (the collector avoids it) to time it
     coll.pause()
+    if parts:
+        phases["detach_parts_ms"] = dict(parts)
+        print("  detach at pause, ms: " + ", ".join(f"{k} {v:.1f}" for k, v in parts.items()), flush=True)
     phase("paused")
     phase("paused_later")
     if args.detach:
@@ -76,6 +129,10 @@ def main(argv: list[str] | None = None) -> int:
     stats = coll.stop()
     phases["records_kept"] = {k: v["kept"] for k, v in stats["records"].items()}
     phases["detaches"] = stats.get("detaches")
+    phases["detach_ms"], phases["attach_again_ms"] = stats.get("detach_ms"), stats.get("attach_again_ms")
+    if args.detach:
+        print(f"  {stats.get('detaches')} detaches took {stats.get('detach_ms', 0):.1f} ms, attaching again "
+              f"{stats.get('attach_again_ms', 0):.1f} ms", flush=True)
     phase("stopped")
     if args.finalize:
         from cupti import cupti

@@ -60,7 +60,10 @@ class CollectorOptions:
             another process (the sink writes segment files); ``inprocess``, by the
             training process itself at each flush.
         cupti_detach: finalize CUPTI between a schedule's windows and at stop
-            (``PERFSCOPE_CUPTI_DETACH=1``; see :class:`~perfscope.collectors.cupti.CuptiCollector`).
+            (on by default; ``PERFSCOPE_CUPTI_DETACH=0`` turns it off; see
+            :class:`~perfscope.collectors.cupti.CuptiCollector`).
+        cupti_uvm: when to arm CUPTI's Unified Memory counters (``PERFSCOPE_CUPTI_UVM``:
+            ``auto``, the default, at the job's first managed allocation; ``always``; ``off``).
         nvml_interval_s: seconds between NVML samples.
     """
 
@@ -68,7 +71,8 @@ class CollectorOptions:
     cupti_api_source: str | None = None
     cupti_sink_library: str | None = None
     cupti_decode: str | None = None
-    cupti_detach: bool = False
+    cupti_detach: bool = True
+    cupti_uvm: str | None = None
     nvml_interval_s: float = 0.1
 
 

@@ -157,9 +157,14 @@ ENV_CUPTI_SINK = "PERFSCOPE_CUPTI_SINK"
 # Where CUPTI records are decoded: "process" (default: out of the training process) or
 # "inprocess" (the training process decodes at each flush; the benchmark's A/B switch).
 ENV_CUPTI_DECODE = "PERFSCOPE_CUPTI_DECODE"
-# "1": finalize CUPTI between a schedule's windows and at stop (CUPTI disabled but attached
-# still costs most of what it costs recording); off by default until proven on more GPUs.
+# Finalize CUPTI between a schedule's windows and at stop (CUPTI disabled but attached still
+# costs most of what it costs recording); on unless set to "0" (the escape hatch should a
+# driver misbehave when CUPTI attaches again).
 ENV_CUPTI_DETACH = "PERFSCOPE_CUPTI_DETACH"
+# When to arm CUPTI's Unified Memory counters: "auto" (default: at the job's first managed
+# allocation), "always" (at the first CUDA context: a managed allocation made before the
+# recording or between a schedule's windows is then not missed), "off".
+ENV_CUPTI_UVM = "PERFSCOPE_CUPTI_UVM"
 
 
 class CollectorSettings(TypedDict):
@@ -169,6 +174,7 @@ class CollectorSettings(TypedDict):
     cupti_sink_library: str | None
     cupti_decode: str | None
     cupti_detach: bool
+    cupti_uvm: str | None
 
 
 def collector_settings(env: Mapping[str, str] | None = None) -> CollectorSettings:
@@ -179,7 +185,8 @@ def collector_settings(env: Mapping[str, str] | None = None) -> CollectorSetting
         "cupti_api_source": env.get(ENV_CUPTI_API) or None,
         "cupti_sink_library": env.get(ENV_CUPTI_SINK) or None,
         "cupti_decode": env.get(ENV_CUPTI_DECODE) or None,
-        "cupti_detach": env.get(ENV_CUPTI_DETACH, "").strip().lower() in ("1", "true", "yes", "on"),
+        "cupti_detach": env.get(ENV_CUPTI_DETACH, "1").strip().lower() not in ("0", "false", "no", "off"),
+        "cupti_uvm": env.get(ENV_CUPTI_UVM, "").strip().lower() or None,
     }
 
 

@@ -6,13 +6,18 @@ Synchroniz or WaitEvent, minus graph-node setup calls (``cudaGraphAddMemcpyNode`
 friends) and host-function launches.  Callback ids are append-only across CUDA versions,
 so the table stays valid on newer CUPTI; ids missing here are simply not recorded.
 Runtime names lose their ``_vNNNN`` version suffix (``cudaLaunchKernel_v7000`` ->
-``cudaLaunchKernel``); driver names are the exported symbol names.
+``cudaLaunchKernel``); driver names are the exported symbol names.  Added by hand: the
+managed allocations (:data:`MANAGED_ALLOC`), whose callback tells the native sink that the
+job uses Unified Memory (the collector arms CUPTI's Unified Memory counters only then).
 """
 from __future__ import annotations
 
 #: ``CUPTI_RUNTIME_TRACE_CBID_SIZE`` and ``CUPTI_DRIVER_TRACE_CBID_SIZE`` in CUDA 13.0.
 RUNTIME_CBID_SIZE = 523
 DRIVER_CBID_SIZE = 807
+
+#: (runtime, driver) callback ids of the managed allocations: ``cudaMallocManaged``, ``cuMemAllocManaged``
+MANAGED_ALLOC = (206, 371)
 
 #: runtime API callback id -> function name
 RUNTIME: dict[int, str] = {
@@ -28,6 +33,7 @@ RUNTIME: dict[int, str] = {
     143: 'cudaMemset3DAsync', 144: 'cudaMemcpy3D', 145: 'cudaMemcpy3DAsync',
     147: 'cudaStreamWaitEvent', 160: 'cudaMemcpyPeer', 161: 'cudaMemcpyPeerAsync',
     162: 'cudaMemcpy3DPeer', 163: 'cudaMemcpy3DPeerAsync', 165: 'cudaDeviceSynchronize',
+    206: 'cudaMallocManaged',
     211: 'cudaLaunchKernel', 213: 'cudaLaunch_ptsz', 214: 'cudaLaunchKernel_ptsz',
     215: 'cudaMemcpy_ptds', 216: 'cudaMemcpy2D_ptds', 217: 'cudaMemcpyToArray_ptds',
     218: 'cudaMemcpy2DToArray_ptds', 219: 'cudaMemcpyFromArray_ptds',
@@ -81,7 +87,8 @@ DRIVER: dict[int, str] = {
     290: 'cuMemcpy3D_v2', 291: 'cuMemcpy3DAsync_v2', 292: 'cuMemcpyHtoA_v2',
     293: 'cuMemcpyHtoAAsync_v2', 295: 'cuStreamWaitEvent', 305: 'cuMemcpy',
     306: 'cuMemcpyAsync', 307: 'cuLaunchKernel', 318: 'cuMemcpyPeer', 319: 'cuMemcpyPeerAsync',
-    320: 'cuMemcpy3DPeer', 321: 'cuMemcpy3DPeerAsync', 397: 'cuMemcpyHtoD_v2_ptds',
+    320: 'cuMemcpy3DPeer', 321: 'cuMemcpy3DPeerAsync', 371: 'cuMemAllocManaged',
+    397: 'cuMemcpyHtoD_v2_ptds',
     398: 'cuMemcpyDtoH_v2_ptds', 399: 'cuMemcpyDtoD_v2_ptds', 400: 'cuMemcpyDtoA_v2_ptds',
     401: 'cuMemcpyAtoD_v2_ptds', 402: 'cuMemcpyHtoA_v2_ptds', 403: 'cuMemcpyAtoH_v2_ptds',
     404: 'cuMemcpyAtoA_v2_ptds', 405: 'cuMemcpy2D_v2_ptds', 406: 'cuMemcpy2DUnaligned_v2_ptds',

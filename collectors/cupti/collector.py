@@ -25,8 +25,10 @@ import numpy as np
 from pathlib import Path
 
 from perfscope.collectors.cupti import attach, cbids, decode, layouts, probe, uvm
+from perfscope.collectors.cupti.uvm import MODES as UVM_MODES
 from perfscope.collectors.base import Writer
 from perfscope.collectors.cupti.decoder import RecordStream
+from perfscope.collectors.cupti.detaching import Detaching
 from perfscope.collectors.cupti.native import Sink
 from perfscope.errors import CollectorError, CuptiUnavailableError, UsageError
 
@@ -60,7 +62,7 @@ def _cupti() -> Any:
     return cupti
 
 
-class CuptiCollector:
+class CuptiCollector(Detaching):
     """Records GPU activity through CUPTI into a rank's store tables.
 
     Args:
@@ -90,9 +92,12 @@ class CuptiCollector:
         detach: let go of CUPTI entirely (``cuptiFinalize``) at :meth:`pause` and
             :meth:`stop`, and attach again at :meth:`resume`.  Disabling the kinds leaves
             most of CUPTI's cost in place: on the H200 the transformer step of
-            ``benchmarks/pause_cost.py`` took 1.43x its time recording, 1.20-1.30x paused
-            or stopped, 1.02-1.06x after ``cuptiFinalize``.  Not done while torch.profiler
-            or another client shares CUPTI.  ``PERFSCOPE_CUPTI_DETACH=1`` through the options.
+            ``benchmarks/pause_cost.py`` took 1.2-1.4x its time recording, 1.20-1.30x paused
+            or stopped, 0.94-1.02x detached; a detach took ~17 ms, attaching again ~11 ms,
+            but 2.0 s with the Unified Memory counters armed, so none is made then.  Not
+            done while torch.profiler or another client shares CUPTI.
+        uvm_counters: when to arm the Unified Memory counters (:func:`.uvm.arm`): ``auto`` (at the
+            job's first managed allocation the API callback sees), ``always``, ``off``.
 
     Attributes:
         clock_offset_ns: add to CUPTI timestamps for Unix-epoch ns; 0 when CUPTI already
@@ -114,11 +119,15 @@ class CuptiCollector:
         segment_interval_s: float = 2.0,
         segment_mb: int = 64,
         detach: bool = False,
+        uvm_counters: str = "auto",
     ) -> None:
         kinds = tuple(kinds)
         unknown = [k for k in kinds if k not in KINDS]
         if unknown:
             raise UsageError(f"unknown CUPTI collector kind(s) {unknown}; choose from {sorted(KINDS)}")
+        if uvm_counters not in UVM_MODES:
+            raise UsageError(f"unknown Unified Memory counter mode {uvm_counters!r}; choose from {list(UVM_MODES)}")
+        self.uvm_mode = uvm_counters
         self.writer = writer
         self.kinds = kinds
         self.buffer_mb = int(buffer_mb)
@@ -158,6 +167,7 @@ class CuptiCollector:
         self._detached = False  # CUPTI finalized by pause(); resume() attaches again
         self._stats_clock: probe.ClockCheck | None = None  # the clock checked before a finalize at stop
         self.detaches = 0
+        self._detach_ns = self._attach_ns = 0  # time the training thread spent letting go / attaching again
 
     # ------------------------------------------------------------------ start ----
     def start(self) -> None:
@@ -274,8 +284,8 @@ class CuptiCollector:
             self._enabled.append(k)
         self._filter_api(cupti)
         if layouts.KIND_UNIFIED_MEMORY_COUNTER in self._cupti_kinds:
-            self._uvm = uvm.UvmCounters(cupti, self._warn_once)
-            self._uvm.start()
+            seen = sink.managed_seen if self._native_subscriber and self._api_from_callback else None
+            self._uvm = uvm.arm(cupti, self._warn_once, self.uvm_mode, seen)
 
     def _filter_api(self, cupti: Any) -> None:
         """Turn off CUPTI's records of API calls perfscope does not keep (:func:`.attach.filter_api`)."""
@@ -319,74 +329,6 @@ class CuptiCollector:
         if self._native_subscriber and self._sink is not None:
             self._sink.switch_api(True)
         self._paused = False
-
-    # ------------------------------------------------------------- detaching ----
-    def _may_detach(self) -> bool:
-        """Whether perfscope alone uses CUPTI here: it holds the subscriber slot and no
-        torch.profiler records (``cuptiFinalize`` would end another client's session)."""
-        held = self._native_subscriber or self._subscriber is not None
-        return held and self._sink is not None and not probe.torch_profiler_active()
-
-    def _let_go(self, cupti: Any) -> None:
-        """Finalize CUPTI once its records are in the sink (the caller disabled the kinds).
-
-        The GPU is synchronised first so that the kernels still running finish and their
-        records are flushed, not lost with CUPTI's buffers."""
-        assert self._sink is not None
-        with self._lock:
-            attach.sync_current_context()
-            self._sink.flush(forced=True)
-            self._stats_clock = self._clock_now(cupti)  # the last CUPTI call before the finalize
-            self._sink.set_detached(True)  # from here no thread of the sink calls CUPTI
-            self._drop_subscription(cupti)
-            try:
-                cupti.finalize()
-            except Exception as e:  # noqa: BLE001 - CUPTI stays attached and merely disabled
-                self._warn_once(f"cuptiFinalize failed ({e}); between windows CUPTI stays attached (disabled)")
-                self._sink.set_detached(False)
-                self._resubscribe(cupti, self._sink)
-                return
-            self._detached = True
-            self._drain_paused = False  # the forced flush above handed everything over
-            self.detaches += 1
-
-    def _reattach(self, cupti: Any) -> None:
-        """Attach CUPTI again after :meth:`_let_go`: subscribe, register and enable as
-        :meth:`start` did (same sink, same segment files, same clock)."""
-        assert self._sink is not None
-        with self._lock:
-            self._sink.set_detached(False)
-            self._resubscribe(cupti, self._sink)
-            self._attach(cupti, self._sink)
-            self._detached = False
-            self._paused = False
-
-    def _drop_subscription(self, cupti: Any) -> None:
-        """Stop the UVM counters (kept for their state in the statistics; an attach arms new
-        ones) and give the subscriber slot back (no finalize)."""
-        if self._uvm is not None:
-            self._uvm.stop()
-        self._enabled = []
-        if self._native_subscriber and self._sink is not None:
-            self._sink.unsubscribe()
-            self._native_subscriber = False
-        if self._subscriber is not None:
-            try:
-                cupti.unsubscribe(self._subscriber)
-            except Exception:  # noqa: BLE001
-                pass
-            self._subscriber = None
-
-    def _resubscribe(self, cupti: Any, sink: Sink) -> None:
-        """Take the subscriber slot again the way :meth:`start` took it."""
-        if self._api_from_callback:
-            self._native_subscriber = sink.subscribe() == 0
-            if self._native_subscriber:
-                return
-            self._api_from_callback = False
-            self._warn_once("the API callback could not subscribe again after a detach; API records come from "
-                            "CUPTI's activity kinds from here on")
-        self._subscriber = attach.take_slot(cupti, self.warnings)
 
     # ------------------------------------------------------------------ flush ----
     def flush(self) -> None:
@@ -440,10 +382,9 @@ class CuptiCollector:
     def stop(self) -> dict[str, Any]:
         """Flush everything, disable the kinds and return statistics.
 
-        With ``detach``, CUPTI is finalized at the end (when perfscope alone used it), so
-        the rest of the process pays nothing for it; a later collector or torch.profiler
-        attaches it again (both recorded on the H200 after a finalize).  Without, CUPTI stays
-        attached with every kind disabled.
+        With ``detach``, CUPTI is finalized at the end (when perfscope alone used it), so the
+        rest of the process pays nothing for it; a later collector or torch.profiler attaches
+        it again (both recorded on the H200).  Without, it stays attached, every kind disabled.
 
         Returns:
             ``rows`` (rows written per store table), ``records`` (CUPTI records seen and
@@ -453,7 +394,8 @@ class CuptiCollector:
             ``overhead`` (``sink_callback_ns``, ``decode_ns``, ``flush_ns``, ``setup_ns``,
             ``buffers``, ``cupti``: CUPTI's OVERHEAD records by kind), ``clock``
             (``offset_ns``, ``epoch``, ``bracket_ns``, ``error_ns``, ``drift_ns`` between
-            start and stop), ``warnings``, ``libcupti``, ``cupti_version``.
+            start and stop), ``detaches`` (with ``detach_ms``, ``attach_again_ms``: the time
+            they took), ``warnings``, ``libcupti``, ``cupti_version``.
         """
         if self._state != "running":
             return {"rows": dict(self._stream.rows), "warnings": list(self.warnings)}
@@ -516,7 +458,7 @@ class CuptiCollector:
             "records": records,
             "api_filtered": int(s["api_filtered"]),
             "api_source": "callback" if self._api_from_callback else "activity",
-            "detaches": self.detaches,
+            "detaches": self.detaches, "detach_ms": self._detach_ns / 1e6, "attach_again_ms": self._attach_ns / 1e6,
             "api_callback": api,
             "dropped": {
                 "cupti": int(s["dropped_cupti"]), "sink": int(s["dropped_sink"]),

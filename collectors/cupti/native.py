@@ -106,6 +106,7 @@ def load() -> ctypes.CDLL:
         "ps_unsubscribe": (ctypes.c_int, []),
         "ps_api_switch": (ctypes.c_int, [ctypes.c_int]),
         "ps_api_stats": (None, [u64p]),
+        "ps_managed_seen": (ctypes.c_int, []),
         "ps_test_api_call": (None, [ctypes.c_int, ctypes.c_uint32, ctypes.c_uint32, ctypes.c_int32, ctypes.c_uint32]),
         "ps_test_api_half": (None, [ctypes.c_int, ctypes.c_uint32, ctypes.c_uint32, ctypes.c_int]),
         "ps_test_new_session": (None, []),
@@ -288,6 +289,11 @@ class Sink:
     def unsubscribe(self) -> int:
         """Give the subscriber slot back; returns the CUptiResult."""
         return int(self.lib.ps_unsubscribe())
+
+    def managed_seen(self) -> bool:
+        """Whether the API callback has seen the job allocate managed memory (ever, in this
+        process): the sign to arm CUPTI's Unified Memory counters."""
+        return bool(self.lib.ps_managed_seen())
 
     def api_stats(self) -> dict[str, int]:
         """``api_records`` made by the callback and ``api_dropped`` (staging full)."""

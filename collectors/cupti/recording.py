@@ -48,7 +48,7 @@ class CuptiRecording:
             collector = cupti.CuptiCollector(
                 ctx.writer, api_source=ctx.options.cupti_api_source, segment_interval_s=ctx.options.flush_interval_s,
                 segment_dir=segments.rank_folder(ctx.run_path, int(ctx.rank or 0)) if out_of_process else None,
-                detach=ctx.options.cupti_detach,
+                detach=ctx.options.cupti_detach, uvm_counters=ctx.options.cupti_uvm or "auto",
             )
             collector.start()
         except CuptiUnavailableError as e:

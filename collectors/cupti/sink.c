@@ -341,9 +341,18 @@ static uint64_t api_timestamp(void) {
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/* Set once the job has allocated managed memory (cudaMallocManaged, cuMemAllocManaged):
+ * the collector arms CUPTI's Unified Memory counters only then, because turning them off
+ * again (at a window's end, at stop) costs about 2 s.  Never cleared: the memory stays. */
+#define PS_CBID_MALLOC_MANAGED 206 /* CUPTI_RUNTIME_TRACE_CBID_cudaMallocManaged_v6000 */
+#define PS_CBID_MEM_ALLOC_MANAGED 371 /* CUPTI_DRIVER_TRACE_CBID_cuMemAllocManaged */
+static int g_managed_seen = 0;
+
 static void api_callback(void *userdata, int domain, uint32_t cbid, const void *cbdata) {
     (void)userdata;
     if (domain != PS_DOMAIN_DRIVER && domain != PS_DOMAIN_RUNTIME) return;
+    if (cbid == (domain == PS_DOMAIN_RUNTIME ? PS_CBID_MALLOC_MANAGED : PS_CBID_MEM_ALLOC_MANAGED))
+        __atomic_store_n(&g_managed_seen, 1, __ATOMIC_RELAXED);
     const ps_cbdata_t *d = (const ps_cbdata_t *)cbdata;
     uint32_t session = __atomic_load_n(&g_session, __ATOMIC_RELAXED);
     if (t_session != session) {
@@ -1057,6 +1066,9 @@ PS_EXPORT int ps_unsubscribe(void) {
     g_on_n[0] = g_on_n[1] = 0;
     return rc;
 }
+
+/* 1 once the job has called a managed allocation (seen by the API callback), else 0. */
+PS_EXPORT int ps_managed_seen(void) { return __atomic_load_n(&g_managed_seen, __ATOMIC_RELAXED); }
 
 /* Tests: what ps_subscribe() does to per-thread state (a new session). */
 PS_EXPORT void ps_test_new_session(void) { __atomic_add_fetch(&g_session, 1, __ATOMIC_RELAXED); }

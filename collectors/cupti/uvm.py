@@ -10,7 +10,14 @@ context.  So
 torch, JAX and the runtime API use) is active: at once when one already is, else from a
 small thread that polls the driver until one is.
 
-A process that never uses managed memory gets no records; the poll ends at its first context.
+When the collector's API callback sees the calls (the default), the counters wait for the
+job's first managed allocation too (``wanted``: the native sink's flag): turning them off
+again, at a detach between windows or at stop, took 2.0 s on the H200 (in
+``cuptiActivityDisable`` or, left on, in ``cuptiFinalize``), a cost a job that never uses
+managed memory should not pay.  The poll then goes on, every :data:`MANAGED_POLL_S`, until
+that allocation; migrations in the moments between the allocation and the arming are not
+counted.  Without the callback the counters are armed at the first context, as before; a
+process that never uses managed memory then gets no records, and the poll ends there.
 """
 from __future__ import annotations
 
@@ -23,11 +30,14 @@ import numpy as np
 
 from perfscope.collectors.cupti import layouts
 
+#: when :func:`arm` arms the counters (``PERFSCOPE_CUPTI_UVM``)
+MODES = ("auto", "always", "off")
 #: the counters perfscope asks for (CUpti_ActivityUnifiedMemoryCounterKind)
 COUNTERS = (1, 2, 3, 4, 5, 6, 8)  # htod, dtoh, cpu/gpu page faults, thrashing, throttling, dtod
 #: the ones the analysis needs, tried alone when the full set is refused
 ESSENTIAL = (1, 2, 3, 4)
-POLL_S = 0.01
+POLL_S = 0.01  # waiting for a context: the job's first CUDA call is about to come
+MANAGED_POLL_S = 0.05  # waiting for managed memory, maybe for the whole job: a few wake-ups a second
 
 
 def _libcuda() -> Any:
@@ -74,13 +84,17 @@ class UvmCounters:
         warn: called once with a message when the counters cannot be armed.
         find_device: returns the device to arm for, or None while no context is active
             (tests replace it).
+        wanted: returns True once the counters are worth arming (the job allocated managed
+            memory); None: as soon as a context is active.
     """
 
     def __init__(self, cupti: Any, warn: Callable[[str], None],
-                 find_device: Callable[[], int | None] = active_device) -> None:
+                 find_device: Callable[[], int | None] = active_device,
+                 wanted: Callable[[], bool] | None = None) -> None:
         self._cupti = cupti
         self._warn = warn
         self._find = find_device
+        self._wanted = wanted
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -96,7 +110,7 @@ class UvmCounters:
         self._thread.start()
 
     def _poll(self) -> None:
-        while not self._stop.wait(POLL_S):
+        while not self._stop.wait(POLL_S if self._wanted is None else MANAGED_POLL_S):
             if self._try_arm():
                 return
 
@@ -106,6 +120,8 @@ class UvmCounters:
         with self._lock:
             if self._stop.is_set() or self.enabled:
                 return True
+            if self._wanted is not None and not self._wanted():
+                return False
             device = self._find()
             if device is None:
                 return False
@@ -141,4 +157,16 @@ class UvmCounters:
         return {"device": self.device, "counters": [layouts.UVM_COUNTER_KINDS[c] for c in self.counters]}
 
 
-__all__ = ["UvmCounters", "active_device", "config", "COUNTERS", "ESSENTIAL"]
+def arm(cupti: Any, warn: Callable[[str], None], mode: str, managed_seen: Callable[[], bool] | None) -> UvmCounters | None:
+    """Start the Unified Memory counters of a recording as ``mode`` says (one of :data:`MODES`):
+    ``auto`` arms them at the first managed allocation ``managed_seen`` reports (at the
+    first context when there is no such report: API records not from the callback),
+    ``always`` at the first context, ``off`` never.  Returns the counters, or None (off)."""
+    if mode == "off":
+        return None
+    counters = UvmCounters(cupti, warn, wanted=managed_seen if mode == "auto" else None)
+    counters.start()
+    return counters
+
+
+__all__ = ["UvmCounters", "active_device", "arm", "config", "COUNTERS", "ESSENTIAL", "MODES"]

@@ -75,12 +75,17 @@ class CollectorSet:
         self.start(("window",))
 
     def close_window(self) -> list[str]:
-        """A window ended: pause the pausable window collectors, stop the others.
+        """A window ended: pause the pausable window collectors, newest first, stop the others.
+
+        Newest first, as :meth:`stop` goes: the samplers that run on their own threads (NVML)
+        come after CUPTI in the registry and pause at once, while CUPTI's detach (a device
+        synchronise, a flush and ``cuptiFinalize``) may take a while; paused after it, the
+        sampler would record the paused job for that while.
 
         Returns:
             what failed to stop.
         """
-        for spec, collector in list(self._running):
+        for spec, collector in reversed(list(self._running)):
             if spec.phase == "window" and spec.pausable:
                 try:
                     collector.pause()  # type: ignore[attr-defined]

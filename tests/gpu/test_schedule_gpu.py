@@ -135,7 +135,9 @@ def test_scheduled_nccl_job_holds_no_collectives_or_samples_outside_its_windows(
     proc = subprocess.run([sys.executable, "-m", "perfscope", "record", "-o", str(out), "--force",
                            "--schedule", "wait=3,warmup=1,active=2,repeat=0", "--",
                            shutil.which("torchrun") or "torchrun", "--standalone", "--nproc-per-node", "2",
-                           str(NCCL_WORKLOAD), "--steps", "20"],
+                           # steps of 60 ms: a window of 2 active steps then spans more than one
+                           # NVML interval (0.1 s), so a sample lands in every window
+                           str(NCCL_WORKLOAD), "--steps", "20", "--gap-ms", "60"],
                           capture_output=True, text=True, timeout=300, env=env, check=False)
     assert proc.returncode == 0, proc.stderr[-4000:]
     run = perfscope.open_run(out)
@@ -154,6 +156,7 @@ def test_scheduled_nccl_job_holds_no_collectives_or_samples_outside_its_windows(
         assert len(ch) and set(ch["seq"]) <= set(mine["seq"])
         if "nvml" in run.rank_meta(rank)["collectors"]:
             ts = run.table("metrics").query("rank == @rank")["ts_ns"]
-            assert len(ts) and not len(_outside(ts, windows, slack_ns=50_000_000)), windows  # one NVML read late at most
+            assert len(ts), windows
+            assert not len(_outside(ts, windows, slack_ns=50_000_000)), windows  # one NVML read late at most
     # the ranks recorded the same operations
     assert sorted(coll[coll["rank"] == 0]["seq"]) == sorted(coll[coll["rank"] == 1]["seq"])

@@ -169,3 +169,36 @@ def test_the_contributing_guide_example_runs_as_written(tmp_path: Path, monkeypa
     assert "gc" in meta["collectors"]
     assert meta["collector_stats"]["gc"]["pauses"]["2"] >= 1  # JSON keys are strings
     assert not [cb for cb in gc.callbacks if isinstance(getattr(cb, "__self__", None), example.GcPauses)]  # stop() undid start()
+
+
+class PausableA(ToyCollector):
+    """A pausable window collector that logs its pauses and resumes by class name."""
+
+    def pause(self) -> None:
+        EVENTS.append(("pause", type(self).__name__))
+
+    def resume(self) -> None:
+        EVENTS.append(("resume", type(self).__name__))
+
+
+class PausableB(PausableA):
+    pass
+
+
+def test_window_collectors_pause_newest_first_and_resume_in_registry_order(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sampler registered after CUPTI must pause before CUPTI's (slow) detach, not after it."""
+    from perfscope.collectors.base import CollectorOptions
+    from perfscope.recorder.driver import CollectorSet
+
+    specs = [CollectorSpec(n, f"{__name__}:{n}", "window", option="host_hooks", pausable=True)
+             for n in ("PausableA", "PausableB")]
+    monkeypatch.setattr(registry, "REGISTRY", tuple(specs))
+    EVENTS.clear()
+    ctx = CollectorContext(run_path=tmp_path, rank=0, options=CollectorOptions(), note=lambda m: None, env={})
+    cs = CollectorSet(RecordOptions(), ctx)
+    cs.start(("window",))
+    cs.close_window()
+    cs.open_window()
+    assert [e for e in EVENTS if e[0] in ("pause", "resume")] == [
+        ("pause", "PausableB"), ("pause", "PausableA"), ("resume", "PausableA"), ("resume", "PausableB")]

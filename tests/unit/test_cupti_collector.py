@@ -250,7 +250,23 @@ def test_detach_keeps_the_uvm_counters_state_for_the_statistics(monkeypatch: pyt
 
     coll, _, _ = _detach_fixture(monkeypatch)
     stopped: list[bool] = []
-    counters = types.SimpleNamespace(stop=lambda: stopped.append(True), state=lambda: {"counters": ["htod"]})
+    counters = types.SimpleNamespace(stop=lambda: stopped.append(True), state=lambda: {"counters": []},
+                                     enabled=False)  # waiting for a managed allocation
     coll._uvm = counters
     coll.pause()
-    assert stopped == [True] and coll._uvm is counters
+    assert stopped == [True] and coll._uvm is counters and coll._detached
+
+
+def test_no_detach_while_the_uvm_counters_are_armed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Turning armed Unified Memory counters off took 2.0 s on the H200 (in cuptiActivityDisable,
+    or in cuptiFinalize when left on): far more than a paused window saves, so the collector
+    stays attached (kinds disabled) once they are armed."""
+    import types
+
+    coll, sink, log = _detach_fixture(monkeypatch)
+    coll._uvm = types.SimpleNamespace(stop=lambda: None, state=lambda: {"counters": ["htod"]}, enabled=True)
+    coll.pause()
+    assert ("finalize", None) not in log and not coll._detached and coll.detaches == 0
+    assert sink.calls == [("switch_api", False)]
+    coll.resume()
+    assert sink.calls[-1] == ("switch_api", True) and not coll._paused

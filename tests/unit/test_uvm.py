@@ -171,3 +171,56 @@ def test_uvm_events_outside_the_steps_are_not_counted() -> None:
     assert uvm_row(0, cols, np.array([EPOCH + 50 * MS]), np.array([EPOCH + 60 * MS])) is None
     row = uvm_row(0, cols, np.array([EPOCH]), np.array([EPOCH + 2 * MS]))  # the fault and the migration start inside
     assert row is not None and row["dtoh_bytes"] == 64 << 20 and row["htod_bytes"] == 0 and row["migration_ns"] == 1 * MS
+
+
+def test_auto_counters_wait_for_the_first_managed_allocation() -> None:
+    """``auto``: turning the counters off again costs a detach 2 s (H200), so a job that never
+    allocates managed memory never gets them; one that does gets them once the flag is up."""
+    cupti, seen = FakeCupti(), [False]
+    c = uvm.arm(cupti, lambda m: None, "auto", lambda: seen[0])
+    assert c is not None
+    try:
+        c._try_arm()  # a context is active (the real find_device may say None: the flag is asked first)
+        assert not c.enabled and cupti.enabled == [] and c._thread is not None
+        seen[0] = True
+        c._find = lambda: 0
+        c._thread.join(timeout=2)
+        assert c.enabled and cupti.enabled == [25]
+    finally:
+        c.stop()
+
+
+def test_arm_modes() -> None:
+    assert uvm.arm(FakeCupti(), lambda m: None, "off", lambda: True) is None
+    cupti = FakeCupti()
+    c = uvm.arm(cupti, lambda m: None, "always", lambda: False)
+    assert c is not None and c._wanted is None  # at the first context, whatever the flag says
+    c.stop()
+    c = uvm.arm(FakeCupti(), lambda m: None, "auto", None)  # no callback to report allocations
+    assert c is not None and c._wanted is None
+    c.stop()
+
+
+def test_sink_flags_a_managed_allocation_and_nothing_else(sink) -> None:
+    """The API callback raises the sink's flag at cudaMallocManaged / cuMemAllocManaged (the
+    ids of cbids.MANAGED_ALLOC, which sink.c spells out too) and at no other call.  In a
+    fresh process (the ``sink`` fixture built the library): the flag is never lowered."""
+    import subprocess
+    import sys
+
+    code = (
+        "from perfscope.collectors.cupti import cbids, layouts, native\n"
+        "s = native.Sink()\n"
+        "s.reset(); s.configure([layouts.KIND_RUNTIME, layouts.KIND_DRIVER])\n"
+        "s.test_api_call(2, 211, 1); s.test_api_call(1, 307, 2)\n"  # cudaLaunchKernel, cuLaunchKernel
+        "a = s.managed_seen()\n"
+        "rt, dr = cbids.MANAGED_ALLOC\n"
+        "s.test_api_call(1, dr, 3)\n"
+        "b = s.managed_seen()\n"
+        "s.reset()\n"
+        "print(a, b, s.managed_seen(), cbids.RUNTIME[rt], cbids.DRIVER[dr])\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         cwd=Path(__file__).resolve().parents[2], check=False)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split() == ["False", "True", "True", "cudaMallocManaged", "cuMemAllocManaged"]
