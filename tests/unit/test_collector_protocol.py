@@ -9,7 +9,7 @@ import pytest
 
 import perfscope
 from perfscope.collectors import registry
-from perfscope.collectors.base import CollectorContext, CollectorSpec, CollectorStats
+from perfscope.collectors.base import CollectorContext, CollectorOptions, CollectorSpec, CollectorStats
 from perfscope.options import RecordOptions
 from perfscope.profiler import PerfscopeWarning
 
@@ -188,7 +188,6 @@ class PausableB(PausableA):
 def test_window_collectors_pause_newest_first_and_resume_in_registry_order(tmp_path: Path,
                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     """A sampler registered after CUPTI must pause before CUPTI's (slow) detach, not after it."""
-    from perfscope.collectors.base import CollectorOptions
     from perfscope.recorder.driver import CollectorSet
 
     specs = [CollectorSpec(n, f"{__name__}:{n}", "window", option="host_hooks", pausable=True)
@@ -202,3 +201,20 @@ def test_window_collectors_pause_newest_first_and_resume_in_registry_order(tmp_p
     cs.open_window()
     assert [e for e in EVENTS if e[0] in ("pause", "resume")] == [
         ("pause", "PausableB"), ("pause", "PausableA"), ("resume", "PausableA"), ("resume", "PausableB")]
+
+
+def test_collector_variables_detach_by_default_and_name_the_uvm_mode() -> None:
+    """CUPTI is let go of between windows unless PERFSCOPE_CUPTI_DETACH says no; the Unified
+    Memory mode passes through (the collector refuses an unknown one with the choices)."""
+    from perfscope.collectors.cupti.collector import CuptiCollector
+    from perfscope.errors import UsageError
+    from perfscope.options import collector_settings
+
+    assert collector_settings({})["cupti_detach"] is True and collector_settings({})["cupti_uvm"] is None
+    for off in ("0", "false", "No", " off "):
+        assert collector_settings({"PERFSCOPE_CUPTI_DETACH": off})["cupti_detach"] is False
+    assert collector_settings({"PERFSCOPE_CUPTI_DETACH": "1"})["cupti_detach"] is True
+    assert collector_settings({"PERFSCOPE_CUPTI_UVM": " Always"})["cupti_uvm"] == "always"
+    assert CollectorOptions().cupti_detach is True
+    with pytest.raises(UsageError, match="auto"):
+        CuptiCollector(None, segment_dir="/nonexistent", uvm_counters="sometimes")
