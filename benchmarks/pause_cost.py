@@ -131,7 +131,8 @@ def main(argv: list[str] | None = None) -> int:
     phases["detaches"] = stats.get("detaches")
     phases["detach_ms"], phases["attach_again_ms"] = stats.get("detach_ms"), stats.get("attach_again_ms")
     if args.detach:
-        print(f"  {stats.get('detaches')} detaches took {stats.get('detach_ms', 0):.1f} ms, attaching again "
+        print(f"  {stats.get('detaches')} detaches (at pause and at stop); the one at pause took "
+              f"{stats.get('detach_ms', 0):.1f} ms, attaching again "
               f"{stats.get('attach_again_ms', 0):.1f} ms", flush=True)
     phase("stopped")
     if args.finalize:

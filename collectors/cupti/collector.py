@@ -93,7 +93,7 @@ class CuptiCollector(Detaching):
             :meth:`stop`, and attach again at :meth:`resume`.  Disabling the kinds leaves
             most of CUPTI's cost in place: on the H200 the transformer step of
             ``benchmarks/pause_cost.py`` took 1.2-1.4x its time recording, 1.20-1.30x paused
-            or stopped, 0.94-1.02x detached; a detach took ~17 ms, attaching again ~11 ms,
+            or stopped, 0.94-1.06x detached; a detach took 17-20 ms, attaching again 11 ms,
             but 2.0 s with the Unified Memory counters armed, so none is made then.  Not
             done while torch.profiler or another client shares CUPTI.
         uvm_counters: when to arm the Unified Memory counters (:func:`.uvm.arm`): ``auto`` (at the
@@ -394,8 +394,8 @@ class CuptiCollector(Detaching):
             ``overhead`` (``sink_callback_ns``, ``decode_ns``, ``flush_ns``, ``setup_ns``,
             ``buffers``, ``cupti``: CUPTI's OVERHEAD records by kind), ``clock``
             (``offset_ns``, ``epoch``, ``bracket_ns``, ``error_ns``, ``drift_ns`` between
-            start and stop), ``detaches`` (with ``detach_ms``, ``attach_again_ms``: the time
-            they took), ``warnings``, ``libcupti``, ``cupti_version``.
+            start and stop), ``detaches`` (with ``detach_ms``, ``attach_again_ms``: the time the
+            ones between windows took), ``warnings``, ``libcupti``, ``cupti_version``.
         """
         if self._state != "running":
             return {"rows": dict(self._stream.rows), "warnings": list(self.warnings)}
