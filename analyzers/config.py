@@ -4,7 +4,23 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from perfscope.analyzers.kernels import LaunchThresholds
+
+
+@dataclass(frozen=True)
+class LaunchThresholds:
+    """HTA's defaults (``cuda_kernel_analysis.py``, ``idle_time_breakdown``), in ns.
+
+    Here, not in :mod:`.kernels` which uses them: the CLI builds a config before it checks
+    its arguments, and this module imports neither NumPy nor pandas.
+    """
+
+    runtime_cutoff_ns: int = 50_000
+    launch_delay_cutoff_ns: int = 100_000
+    consecutive_kernel_delay_ns: int = 30_000
+    min_kernels: int = 100
+    short_share: float = 0.5
+    idle_share: float = 0.2
+    launch_gap_ns: int = 100_000
 
 
 @dataclass(frozen=True)

@@ -26,12 +26,11 @@ set load), whose seconds of idle GPU would otherwise hide a launch-bound step.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import pandas as pd
 
 from perfscope.analyzers.classify import codes_and_names
+from perfscope.analyzers.config import LaunchThresholds
 from perfscope.analyzers.columns import Columns, columns, n_rows, ordered, take
 from perfscope.analyzers.intervals import I64, as_i64, as_key, filled_i64, launch_of, lookup, merge, split_by_rank
 
@@ -44,19 +43,6 @@ LAUNCH_COLUMNS: tuple[str, ...] = (
     "runtime_outliers", "launch_delay_outliers", "span_ns", "idle_ns", "host_wait_idle_ns",
     "kernel_wait_idle_ns", "other_idle_ns", "launch_idle_ns", "launch_bound",
 )
-
-
-@dataclass(frozen=True)
-class LaunchThresholds:
-    """HTA's defaults (``cuda_kernel_analysis.py``, ``idle_time_breakdown``), in ns."""
-
-    runtime_cutoff_ns: int = 50_000
-    launch_delay_cutoff_ns: int = 100_000
-    consecutive_kernel_delay_ns: int = 30_000
-    min_kernels: int = 100
-    short_share: float = 0.5
-    idle_share: float = 0.2
-    launch_gap_ns: int = 100_000
 
 
 def top_kernels(kernels: pd.DataFrame | Columns, kinds: np.ndarray | Coded, top_n: int | None = 50) -> pd.DataFrame:

@@ -79,3 +79,16 @@ def test_analyze_of_a_trace_imported_before_reuses_its_run_without_the_importer(
     again = modules_after("analyze", str(trace), "--run-out", str(run), "--format", "json")
     assert "perfscope.analyzers.analysis" in again
     assert loaded(again, "perfscope.store.kineto", *NEVER) == []
+
+
+def test_analyze_refuses_an_existing_output_before_importing_the_analysis(tmp_path: Path) -> None:
+    """A usage error comes before the heavy imports: the analysis options are built without
+    NumPy or pandas (``LaunchThresholds`` lives in the config module)."""
+    taken = tmp_path / "analysis.json"
+    taken.write_text("{}")
+    proc = subprocess.run([sys.executable, "-c", CHILD, "analyze", str(RECORDED), "--format", "json", "-o", str(taken)],
+                          capture_output=True, text=True, check=False)
+    doc = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert doc["code"] == 2 and "already exists" in proc.stderr
+    assert loaded(set(doc["modules"]), "numpy", "pandas", "pyarrow", *NEVER) == []
+    assert taken.read_text() == "{}"
