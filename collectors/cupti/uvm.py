@@ -17,8 +17,9 @@ again, at a detach between windows or at stop, took 2.0 s on the H200 (in
 managed memory should not pay.  The poll then goes on, every :data:`MANAGED_POLL_S`, until
 that allocation; migrations in the moments between the allocation and the arming are not
 counted, nor managed memory the callback does not watch (``__managed__`` variables, managed
-memory pools, HMM system memory: ``PERFSCOPE_CUPTI_UVM=always`` covers them).  Without the callback the counters are armed at the first context, as before; a
-process that never uses managed memory then gets no records, and the poll ends there.
+memory pools, HMM system memory: ``PERFSCOPE_CUPTI_UVM=always`` covers them).  Without the
+callback the counters are armed at the first context, as before; a process that never uses
+managed memory then gets no records, and the poll ends there.
 """
 from __future__ import annotations
 
