@@ -93,9 +93,9 @@ class CuptiCollector(Detaching):
             :meth:`stop`, and attach again at :meth:`resume`.  Disabling the kinds leaves
             most of CUPTI's cost in place: on the H200 the transformer step of
             ``benchmarks/pause_cost.py`` took 1.2-1.4x its time recording, 1.20-1.30x paused
-            or stopped, 0.94-1.06x detached; a detach took 17-20 ms, attaching again 11 ms,
-            but 2.0 s with the Unified Memory counters armed, so none is made then.  Not
-            done while torch.profiler or another client shares CUPTI.
+            or stopped, 0.94-1.06x detached (one block of 10: 1.19x); a detach took 17-20
+            ms, attaching again 11 ms, but 2.0 s with the Unified Memory counters armed, so
+            none is made then.  Not done while torch.profiler or another client shares CUPTI.
         uvm_counters: when to arm the Unified Memory counters (:func:`.uvm.arm`): ``auto`` (at the
             job's first managed allocation the API callback sees), ``always``, ``off``.
 

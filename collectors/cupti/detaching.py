@@ -4,10 +4,11 @@ of :class:`~perfscope.collectors.cupti.collector.CuptiCollector`.
 CUPTI disabled but attached keeps costing the launching thread most of what it costs
 recording (on the H200 the transformer step of ``benchmarks/pause_cost.py``: 1.2-1.4x
 recording, 1.20-1.30x paused or stopped), because CUPTI stays hooked into the driver until
-``cuptiFinalize``.  Detached it cost 0.94-1.06x.  A detach (synchronise, forced flush, the
-subscriber slot given back, ``cuptiFinalize``) took 17-20 ms and attaching again 11 ms; with
-the Unified Memory counters armed the detach took 2.0 s (their teardown, in
-``cuptiActivityDisable`` or in ``cuptiFinalize``), so then the collector stays attached.
+``cuptiFinalize``.  Detached it cost 0.94-1.06x (9 of 10 blocks; one 1.19x).  A detach
+(synchronise, forced flush, the subscriber slot given back, ``cuptiFinalize``) took 17-20 ms
+and attaching again 11 ms; with the Unified Memory counters armed the detach took 2.0 s
+(their teardown, in ``cuptiActivityDisable`` or in ``cuptiFinalize``), so then the collector
+stays attached.
 """
 from __future__ import annotations
 
