@@ -349,14 +349,18 @@ def drop_rows(data: Any, intervals: Sequence[tuple[int, int | None]]) -> tuple[A
         return data, 0
     import numpy as np
 
-    drop = dropped_mask(np.asarray(data.column(col) if hasattr(data, "column_names") else data[col]), intervals)
+    # An Arrow table's column read through perfscope.store.arrays, not np.asarray or
+    # pa.array: those import pandas, which the recording process does without (~33 MB).
+    if hasattr(data, "column_names"):
+        from perfscope.store.arrays import from_numpy, int_values
+
+        drop = dropped_mask(int_values(data.column(col).combine_chunks(), null=0), intervals)
+        n = int(drop.sum())
+        return (data.filter(from_numpy(~drop)), n) if n else (data, 0)
+    drop = dropped_mask(np.asarray(data[col]), intervals)
     n = int(drop.sum())
     if not n:
         return data, 0
-    if hasattr(data, "column_names"):
-        import pyarrow as pa
-
-        return data.filter(pa.array(~drop)), n
     keep = np.flatnonzero(~drop)
     return {k: [v[i] for i in keep] for k, v in data.items()}, n
 

@@ -169,3 +169,34 @@ def test_job_collectors_read_the_final_windows_when_they_stop(tmp_path: Path, mo
             prof.step()
     (warmups,) = SEEN_AT_JOB_STOP
     assert len(warmups) == 1 and warmups[0][0] < warmups[0][1]  # type: ignore[index]
+
+
+def test_a_recording_never_loads_pandas(tmp_path: Path) -> None:
+    """pyarrow imports pandas at its first ``pa.array`` (~33 MB more RSS in the training process):
+    a recording builds its columns from buffers instead, warm-up rows dropped from an Arrow
+    table included (what the in-process CUPTI decoder hands the writer).  In a fresh process."""
+    import subprocess
+    import sys
+
+    code = f"""
+import sys
+import numpy as np, pyarrow as pa
+import perfscope
+from perfscope._steps import drop_rows
+from perfscope.store.arrays import from_numpy
+t = pa.Table.from_arrays([from_numpy(np.arange(10, dtype=np.int64))], names=["start_ns"])  # pa.table would load pandas
+kept, n = drop_rows(t, [(2, 5)])
+assert n == 3 and kept.column("start_ns").to_pylist() == [0, 1, 5, 6, 7, 8, 9], kept
+with perfscope.profile({str(tmp_path / "run.perfscope")!r}, schedule="wait=1,warmup=1,active=2,repeat=1",
+                       cupti=False, nccl=False, nvml=False) as prof:
+    for _ in range(6):
+        with perfscope.annotate("work"):
+            pass
+        prof.step()
+assert "pandas" not in sys.modules, "a recording imported pandas"
+print("ok")
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-3000:]
+    steps = perfscope.open_run(tmp_path / "run.perfscope").table("steps")
+    assert len(steps) == 2  # the window's two active steps were written
