@@ -11,8 +11,8 @@ kind and unsubscribes but does not call ``cuptiFinalize``).  With ``--finalize``
 ``finalized`` (after ``cupti.finalize()``), ``active_again`` (a new collector after the
 finalize: does CUPTI come back, and does it record?) and ``torch_after`` (whether
 torch.profiler still records GPU events in this process afterwards).  With ``--detach`` the
-collector does it itself (``CuptiCollector(detach=True)``, what ``PERFSCOPE_CUPTI_DETACH=1``
-gives ``perfscope record``): ``paused`` is then CUPTI finalized by :meth:`pause`, followed by
+collector does it itself (``CuptiCollector(detach=True)``, what ``perfscope record`` does by
+default): ``paused`` is then CUPTI finalized by :meth:`pause`, followed by
 ``resumed`` (attached again by :meth:`resume`; its records are counted) and ``stopped``; the
 detach at pause is timed by part (GPU synchronise, the sink's forced flush, Unified Memory
 counters off, unsubscribe, ``cuptiFinalize``).  ``--uvm always`` arms the Unified Memory

@@ -72,8 +72,9 @@ def _check_inside(run: Any, windows: list[dict[str, Any]]) -> dict[int, int]:
 
 @pytest.mark.parametrize("detach", [False, True], ids=["disabled", "detached"])
 def test_scheduled_recording_holds_no_kernels_outside_its_windows(base: Path, detach: bool) -> None:
-    """Every window holds its kernels, none lies outside; with PERFSCOPE_CUPTI_DETACH=1 CUPTI
-    is finalized at each window's end and attached again for the next one."""
+    """Every window holds its kernels, none lies outside; detached (the default) CUPTI is
+    finalized at each window's end and attached again for the next one; with
+    PERFSCOPE_CUPTI_DETACH=0 it stays attached, disabled."""
     out = base / f"scheduled{'_detach' if detach else ''}.perfscope"
     proc = subprocess.run([sys.executable, "-m", "perfscope", "record", "-o", str(out), "--force", "--no-nccl",
                            "--schedule", "wait=3,warmup=1,active=2,repeat=0", "--",
