@@ -35,6 +35,9 @@ rotates each round), ``--repeat`` rounds, medians:
   ``get_temporal_breakdown(visualize=False)`` (its load + breakdown calls are also timed
   inside the process);
 * ``python -c pass`` with perfscope's interpreter: the start-up floor of this environment;
+* ``python -c 'import numpy'``, then with pyarrow (its Parquet and compute modules), then
+  with pandas: what importing the libraries alone costs, the least any analysis built on
+  them can take (printed beside HTA's time / 10, the issue-17 budget);
 * ``perfscope --help`` (the console script).
 
 Traces: ``--trace`` (default ns_resolution_trace_rank-0) and a synthetic trace of
@@ -259,6 +262,15 @@ def cli(args: argparse.Namespace) -> int:
     return 0
 
 
+#: Imports alone, each a whole fresh process: the least any analysis built on these libraries
+#: costs (name -> (code, label)).  Against HTA / 10 they show which targets a stack can reach.
+IMPORT_FLOORS = {
+    "import_numpy": ("import numpy", "python -c 'import numpy'"),
+    "import_arrow": ("import numpy, pyarrow, pyarrow.parquet, pyarrow.compute", "  + pyarrow, .parquet, .compute"),
+    "import_pandas": ("import numpy, pyarrow, pyarrow.parquet, pyarrow.compute, pandas", "  + pandas"),
+}
+
+
 def _cli_arms(trace: Path, work: Path, hta_python: str) -> dict[str, Callable[[object], list[str]]]:
     """The ``--cli`` commands of one trace: name -> the argv of round ``i``."""
     hta_dir = work / f"hta-{trace.name}"
@@ -275,6 +287,7 @@ def _cli_arms(trace: Path, work: Path, hta_python: str) -> dict[str, Callable[[o
         "hta": lambda i: [hta_python, "-c", HTA_CHILD, str(hta_dir)],
         "python": lambda i: [sys.executable, "-c", "pass"],
         "help": lambda i: [str(Path(sys.executable).parent / "perfscope"), "--help"],
+        **{name: (lambda i, code=code: [sys.executable, "-c", code]) for name, (code, _) in IMPORT_FLOORS.items()},
     }
 
 
@@ -285,9 +298,11 @@ def _print_cli(e: dict, repeat: int) -> None:
     print(f"{'':44}{'wall (s)':>10}{'CPU (s)':>10}{'peak RSS (MiB)':>16}")
     for name, label in (("first", "perfscope analyze TRACE --format json"), ("reuse", "  the same again (run reused)"),
                         ("hta", "HTA: import + load + temporal breakdown"), ("python", "python -c pass"),
-                        ("help", "perfscope --help (console script)")):
+                        ("help", "perfscope --help (console script)"),
+                        *((name, label) for name, (_, label) in IMPORT_FLOORS.items())):
         print(f"{label:44}{m[name]['wall_s']:10.3f}{m[name]['cpu_s']:10.3f}{m[name]['rss_mb']:16.0f}")
     print(f"{'  HTA: load + breakdown calls alone':44}{m['hta']['total_s']:10.3f}")
+    print(f"{'HTA whole / 10 (the 10x budget)':44}{m['hta']['wall_s'] / 10:10.3f}{m['hta']['cpu_s'] / 10:10.3f}")
     for arm in ("first", "reuse"):
         print(f"HTA whole / perfscope {arm}: {e[f'{arm}_speedup_wall']:.1f}x wall, {e[f'{arm}_speedup_cpu']:.1f}x CPU; "
               f"HTA's calls alone / perfscope {arm} whole: {e[f'{arm}_speedup_vs_hta_calls']:.1f}x")
